@@ -1,0 +1,29 @@
+# Two entry points (see README): `make reproduce` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: reproduce test test-all venv clean
+
+venv: $(STAMP)
+
+# Idempotent: reinstall only when the venv is missing or pyproject.toml changed.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	$(BIN)/lpdl demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m ''
+
+clean:
+	rm -rf $(VENV) results/runs

@@ -1,0 +1,27 @@
+"""Gossip algorithms as pure (init, step) pairs over stacked (n, d) node state.
+
+Each module documents its update rule with the paper's equation. QGM is a local momentum
+(`lpdl_core.optim`), not a gossip rule, so it combines with any algorithm here.
+"""
+from types import ModuleType
+
+from . import bagua_lp, choco, deepsqueeze, dpsgd
+from .base import ALGORITHMS, GossipCfg, Round, out_degree, push_sum_weights, residual
+
+REGISTRY: dict[str, ModuleType] = {
+    "dpsgd": dpsgd,
+    "ds": deepsqueeze,
+    "choco": choco,
+    "bagua-lp": bagua_lp,
+}
+
+
+def get(name: str) -> ModuleType:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(REGISTRY)}") from None
+
+
+__all__ = ["ALGORITHMS", "GossipCfg", "REGISTRY", "Round", "get", "out_degree",
+           "push_sum_weights", "residual"]
