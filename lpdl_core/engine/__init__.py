@@ -1,0 +1,7 @@
+"""The n-node decentralized training simulator (one process, all nodes on one device)."""
+from .evaluate import Evaluation, evaluate
+from .executors import EXECUTORS, BatchedExecutor, LoopExecutor
+from .simulator import EngineCfg, Simulator, resolve_device
+
+__all__ = ["EXECUTORS", "BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor",
+           "Simulator", "evaluate", "resolve_device"]

@@ -1,0 +1,13 @@
+rule demo:
+    output:
+        "results/demo/table.txt",
+    log:
+        "results/demo/demo.log",
+    params:
+        epochs=config["demo"]["epochs"],
+        nodes=config["demo"]["nodes"],
+        skew=config["demo"]["skew"],
+    threads: 2
+    shell:
+        "python -m lpdl_core demo --quiet --epochs {params.epochs:q} --nodes {params.nodes:q} "
+        "--skew {params.skew:q} > {output:q} 2> {log:q}"
