@@ -36,9 +36,9 @@ def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
             raise ValueError("bagua-lp needs fixed peers; the topology "
                              f"{topology.name!r} is time-varying")
         W = topology.W(0)
-        if not (np.allclose(W.sum(0), 1) and np.allclose(W.sum(1), 1)):
-            raise ValueError(f"bagua-lp needs a doubly stochastic W; {topology.name!r} with "
-                             f"n={topology.n} is only column-stochastic (use 'ring' or 'torus')")
+        if not (np.allclose(W, W.T) and np.allclose(W.sum(0), 1)):
+            raise ValueError(f"bagua-lp needs a symmetric doubly stochastic W (undirected peers); "
+                             f"{topology.name!r} with n={topology.n} is not (use 'ring' or 'torus')")
     return State()
 
 

@@ -1,0 +1,100 @@
+r"""Asymmetric min-max fake quantization (GEMMLOWP-style, simulated in float32), as the official
+`quantized_training/quantize.py` (official-code.md section 5.1):
+
+.. math::
+    s = \max\!\left(\frac{x_{max} - x_{min}}{2^b - 1}, 10^{-8}\right),\quad
+    q = \mathrm{round}\!\left(\mathrm{clamp}\!\left(\frac{x - x_{min}}{s} + \xi, 0, 2^b - 1\right)\right),\quad
+    Q(x) = q\,s + x_{min}
+
+with ξ = 0 (nearest) or ξ ~ U[−½, ½) (stochastic). Backward is the straight-through estimator.
+Everything is plain tensor ops (no .item(), no torch.fake_quantize_*), so it runs under
+torch.func.vmap and never synchronises with the device.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+ROUNDINGS = ("nearest", "stochastic")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantCfg:
+    """8-bit training settings of one run.
+
+    bits: weights/activations/norm parameters; grad_bits: layer gradients (bifurcation).
+    eval_rounding: activation rounding at eval. "nearest" (default, the paper's intent);
+        "stochastic" reproduces the official code's positional-argument bug (stochastic in eval too).
+    measure_as_parameters: False (default) keeps QuantMeasure's running min/max as buffers (not
+        gossiped, compressed or counted); True reproduces the official code, where they are
+        nn.Parameters(requires_grad=False) and therefore gossiped and sparsified.
+    momentum: running-range update, running = momentum·running + (1 − momentum)·batch (official 0.1).
+    """
+
+    bits: int = 8
+    grad_bits: int = 8
+    eval_rounding: Literal["nearest", "stochastic"] = "nearest"
+    measure_as_parameters: bool = False
+    momentum: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("bits", "grad_bits"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= 16:
+                raise ValueError(f"quant.{name} must be an integer in [2, 16], got {v!r}")
+        if self.eval_rounding not in ROUNDINGS:
+            raise ValueError(f"quant.eval_rounding must be one of {ROUNDINGS}, got {self.eval_rounding!r}")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"quant.momentum must be in [0, 1), got {self.momentum}")
+
+
+def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
+               x_min: torch.Tensor | None = None, x_max: torch.Tensor | None = None) -> torch.Tensor:
+    """Quantize-dequantize x to 2**bits levels over [x_min, x_max] (default: x's own range).
+
+    No gradient handling: use `quantize` for the STE version. x_min/x_max may be 0-dim tensors
+    or broadcastable to x (e.g. per-sample ranges).
+    """
+    if x_min is None:
+        x_min = x.detach().amin()
+    if x_max is None:
+        x_max = x.detach().amax()
+    levels = 2.0 ** bits - 1.0
+    scale = ((x_max - x_min) / levels).clamp(min=1e-8)
+    t = (x - x_min) / scale
+    if rounding == "stochastic":
+        t = t + torch.rand_like(t) - 0.5  # official: noise, then clamp, then round
+    return t.clamp(0.0, levels).round() * scale + x_min
+
+
+def quantize(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
+             x_min: torch.Tensor | None = None, x_max: torch.Tensor | None = None) -> torch.Tensor:
+    """Fake-quantize with a straight-through estimator: forward Q(x), backward identity."""
+    with torch.no_grad():
+        q = fake_quant(x.detach(), bits, rounding, x_min, x_max)
+    return x + (q - x.detach())
+
+
+class _QuantizeGrad(torch.autograd.Function):
+    """Identity forward; backward quantizes the incoming gradient with stochastic rounding."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor, bits: int) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.bits = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return fake_quant(grad, ctx.bits, "stochastic"), None
+
+
+def quantize_grad(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
+    """Mark x so that the gradient flowing back through it is quantized to `bits` (stochastic)."""
+    return _QuantizeGrad.apply(x, bits)
