@@ -34,6 +34,10 @@ def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int =
     avg_correct = torch.zeros((), device=sim.device)
     module = sim.executor.reference_module()
     avg_params = dict(zip(sim.layout.names, sim.layout.views(sim.average)))
+    # The averaged model also takes the node average of floating buffers (activation ranges,
+    # running statistics); integer counters come from node 0.
+    avg_buffers = {k: b.mean(0) if b.is_floating_point() else b[0]
+                   for k, b in sim.executor.stacked_buffers().items()}
     was_training = module.training
     module.eval()
     for s in range(0, len(x), batch_size):
@@ -42,7 +46,7 @@ def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int =
         correct += (logits.argmax(-1) == yb).sum(1)
         loss_sum += torch.nn.functional.cross_entropy(
             logits.flatten(0, 1), yb.repeat(n), reduction="none").view(n, -1).sum(1)
-        avg_logits = functional_call(module, avg_params, (xb,))
+        avg_logits = functional_call(module, (avg_params, avg_buffers), (xb,))
         avg_correct += (avg_logits.argmax(-1) == yb).sum()
     module.train(was_training)
     acc = (100.0 * correct / len(x)).tolist()

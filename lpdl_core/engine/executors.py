@@ -63,6 +63,11 @@ class LoopExecutor:
     def reference_module(self) -> nn.Module:
         return self.models[0]
 
+    def stacked_buffers(self) -> dict[str, torch.Tensor]:
+        """Every node's buffers (e.g. activation ranges), stacked (n, ...)."""
+        per_node = [dict(m.named_buffers()) for m in self.models]
+        return {k: torch.stack([b[k] for b in per_node]) for k in per_node[0]}
+
 
 class BatchedExecutor:
     name: Literal["batched"] = "batched"
@@ -104,6 +109,9 @@ class BatchedExecutor:
 
     def reference_module(self) -> nn.Module:
         return self.module
+
+    def stacked_buffers(self) -> dict[str, torch.Tensor]:
+        return dict(self.buffers)
 
 
 def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn):

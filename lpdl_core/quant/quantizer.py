@@ -25,6 +25,9 @@ class QuantCfg:
     """8-bit training settings of one run.
 
     bits: weights/activations/norm parameters; grad_bits: layer gradients (bifurcation).
+    act_rounding: activation rounding in training ("stochastic", as the official code runs).
+    grad_rounding: layer-gradient rounding ("stochastic", the paper/Banner et al.; "nearest" makes
+        a run deterministic, used by the loop == batched test).
     eval_rounding: activation rounding at eval. "nearest" (default, the paper's intent);
         "stochastic" reproduces the official code's positional-argument bug (stochastic in eval too).
     measure_as_parameters: False (default) keeps QuantMeasure's running min/max as buffers (not
@@ -35,6 +38,8 @@ class QuantCfg:
 
     bits: int = 8
     grad_bits: int = 8
+    act_rounding: Literal["nearest", "stochastic"] = "stochastic"
+    grad_rounding: Literal["nearest", "stochastic"] = "stochastic"
     eval_rounding: Literal["nearest", "stochastic"] = "nearest"
     measure_as_parameters: bool = False
     momentum: float = 0.1
@@ -44,8 +49,9 @@ class QuantCfg:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= 16:
                 raise ValueError(f"quant.{name} must be an integer in [2, 16], got {v!r}")
-        if self.eval_rounding not in ROUNDINGS:
-            raise ValueError(f"quant.eval_rounding must be one of {ROUNDINGS}, got {self.eval_rounding!r}")
+        for name in ("act_rounding", "grad_rounding", "eval_rounding"):
+            if getattr(self, name) not in ROUNDINGS:
+                raise ValueError(f"quant.{name} must be one of {ROUNDINGS}, got {getattr(self, name)!r}")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"quant.momentum must be in [0, 1), got {self.momentum}")
 
@@ -83,18 +89,18 @@ class _QuantizeGrad(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x: torch.Tensor, bits: int) -> torch.Tensor:
+    def forward(x: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
         return x.view_as(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        ctx.bits = inputs[1]
+        ctx.bits, ctx.rounding = inputs[1], inputs[2]
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return fake_quant(grad, ctx.bits, "stochastic"), None
+        return fake_quant(grad, ctx.bits, ctx.rounding), None, None
 
 
-def quantize_grad(x: torch.Tensor, bits: int = 8) -> torch.Tensor:
-    """Mark x so that the gradient flowing back through it is quantized to `bits` (stochastic)."""
-    return _QuantizeGrad.apply(x, bits)
+def quantize_grad(x: torch.Tensor, bits: int = 8, rounding: str = "stochastic") -> torch.Tensor:
+    """Mark x so that the gradient flowing back through it is quantized to `bits`."""
+    return _QuantizeGrad.apply(x, bits, rounding)

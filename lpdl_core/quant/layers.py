@@ -1,0 +1,186 @@
+r"""8-bit layers with gradient bifurcation (paper Sec. 3; Banner et al. 2018; official-code.md 5.2-5.3).
+
+A QConv2d/QLinear computes y = op(Q(x), Q(W)) with Q the 8-bit min-max quantizer (activations
+via QuantMeasure's range, weights over their own range, nearest rounding), and back-propagates
+
+.. math::
+    g_x = \frac{\partial y}{\partial x}^\top Q_{stoch}(g_y)\quad(\text{layer gradient, 8-bit}),\qquad
+    g_W = \frac{\partial y}{\partial W}^\top g_y\quad(\text{weight gradient, float32})
+
+with straight-through estimators through Q(x) and Q(W). Unlike the official code (which runs
+every op twice, once per gradient branch), the op runs once and only the backward is split, so
+the arithmetic is identical at about half the forward cost.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .quantizer import QuantCfg, fake_quant, quantize, quantize_grad
+
+
+class QuantMeasure(nn.Module):
+    """Quantizes activations to `bits` over a measured range (official `QuantMeasure`).
+
+    Training: range = batch mean of per-sample min and max; running range updated as
+    running = momentum·running + (1 − momentum)·batch. Eval: the running range.
+    """
+
+    def __init__(self, qcfg: QuantCfg):
+        super().__init__()
+        self.qcfg = qcfg
+        if qcfg.measure_as_parameters:  # official: Parameters, hence gossiped and compressed
+            self.running_min = nn.Parameter(torch.zeros(1), requires_grad=False)
+            self.running_max = nn.Parameter(torch.zeros(1), requires_grad=False)
+        else:
+            self.register_buffer("running_min", torch.zeros(1))
+            self.register_buffer("running_max", torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            with torch.no_grad():
+                flat = x.detach().flatten(1)
+                x_min, x_max = flat.amin(1).mean(), flat.amax(1).mean()
+                m = self.qcfg.momentum
+                self.running_min.mul_(m).add_(x_min * (1 - m))
+                self.running_max.mul_(m).add_(x_max * (1 - m))
+            rounding = self.qcfg.act_rounding
+        else:
+            x_min, x_max = self.running_min.squeeze(0), self.running_max.squeeze(0)
+            rounding = self.qcfg.eval_rounding
+        return quantize(x, self.qcfg.bits, rounding, x_min, x_max)
+
+
+class _BifurcatedConv(torch.autograd.Function):
+    """conv2d whose backward takes the input gradient from a quantized g_y, the weight gradient
+    from the float g_y. Written with aten ops so torch.func.vmap can batch it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w, b, stride, padding, dilation, groups, grad_bits, grad_rounding):
+        return F.conv2d(x, w, b, stride, padding, dilation, groups)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, b, stride, padding, dilation, groups, grad_bits, grad_rounding = inputs
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        ctx.conf = (stride, padding, dilation, groups)
+        ctx.grad_bits, ctx.grad_rounding = grad_bits, grad_rounding
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.conf
+        conv_bw = torch.ops.aten.convolution_backward
+        bias_sizes = [w.shape[0]] if ctx.has_bias else None
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gq = fake_quant(g, ctx.grad_bits, ctx.grad_rounding)
+            gx = conv_bw(gq, x, w, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
+                         [True, False, False])[0]
+        if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
+            _, gw, gb = conv_bw(g, x, w, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
+                                [False, True, ctx.has_bias])
+        return gx, gw, gb, None, None, None, None, None, None
+
+
+class _BifurcatedLinear(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, w, b, grad_bits, grad_rounding):
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, w, b, grad_bits, grad_rounding = inputs
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        ctx.grad_bits, ctx.grad_rounding = grad_bits, grad_rounding
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = fake_quant(g, ctx.grad_bits, ctx.grad_rounding) @ w
+        if ctx.needs_input_grad[1]:
+            gw = g.reshape(-1, g.shape[-1]).transpose(0, 1) @ x.reshape(-1, x.shape[-1])
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g.reshape(-1, g.shape[-1]).sum(0)
+        return gx, gw, gb, None, None
+
+
+class QConv2d(nn.Conv2d):
+    """nn.Conv2d with 8-bit input/weight/bias and gradient bifurcation (same parameters)."""
+
+    def __init__(self, *args, qcfg: QuantCfg, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            raise ValueError("QConv2d supports numeric zero padding only")
+        self.qcfg = qcfg
+        self.quantize_input = QuantMeasure(qcfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.qcfg
+        qx = self.quantize_input(x)
+        qw = quantize(self.weight, q.bits)
+        qb = quantize(self.bias, q.bits) if self.bias is not None else None
+        return _BifurcatedConv.apply(qx, qw, qb, self.stride, self.padding, self.dilation,
+                                     self.groups, q.grad_bits, q.grad_rounding)
+
+
+class QLinear(nn.Linear):
+    """nn.Linear with 8-bit input/weight/bias and gradient bifurcation (same parameters)."""
+
+    def __init__(self, *args, qcfg: QuantCfg, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.qcfg = qcfg
+        self.quantize_input = QuantMeasure(qcfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.qcfg
+        qx = self.quantize_input(x)
+        qw = quantize(self.weight, q.bits)
+        qb = quantize(self.bias, q.bits) if self.bias is not None else None
+        return _BifurcatedLinear.apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
+
+
+class Add(nn.Module):
+    """Full-precision residual add (so FP and LP models share one definition)."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+
+
+class QAdd(nn.Module):
+    """Quantized residual add (official `Qsum`): both inputs 8-bit, layer gradient 8-bit."""
+
+    def __init__(self, qcfg: QuantCfg):
+        super().__init__()
+        self.qcfg = qcfg
+        self.quantize_a = QuantMeasure(qcfg)
+        self.quantize_b = QuantMeasure(qcfg)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = self.quantize_a(a) + self.quantize_b(b)
+        return quantize_grad(out, self.qcfg.grad_bits, self.qcfg.grad_rounding)
+
+
+def make_conv(in_ch: int, out_ch: int, kernel_size: int, *, stride: int = 1, padding: int = 0,
+              groups: int = 1, bias: bool = False, qcfg: QuantCfg | None = None) -> nn.Conv2d:
+    """nn.Conv2d at full precision (qcfg None) or QConv2d at low precision."""
+    kw = dict(stride=stride, padding=padding, groups=groups, bias=bias)
+    return nn.Conv2d(in_ch, out_ch, kernel_size, **kw) if qcfg is None else \
+        QConv2d(in_ch, out_ch, kernel_size, qcfg=qcfg, **kw)
+
+
+def make_linear(in_f: int, out_f: int, *, bias: bool = True, qcfg: QuantCfg | None = None) -> nn.Linear:
+    return nn.Linear(in_f, out_f, bias=bias) if qcfg is None else QLinear(in_f, out_f, bias=bias, qcfg=qcfg)
+
+
+def make_add(qcfg: QuantCfg | None = None) -> nn.Module:
+    return Add() if qcfg is None else QAdd(qcfg)
