@@ -84,7 +84,7 @@ def quantize(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
 
 
 class _QuantizeGrad(torch.autograd.Function):
-    """Identity forward; backward quantizes the incoming gradient with stochastic rounding."""
+    """Identity forward; backward quantizes the incoming gradient (stochastic or nearest)."""
 
     generate_vmap_rule = True
 

@@ -1,0 +1,4 @@
+"""8-bit training: fake quantizer, quantized layers with gradient bifurcation, normalization layers."""
+from .quantizer import QuantCfg, fake_quant, quantize, quantize_grad
+
+__all__ = ["QuantCfg", "fake_quant", "quantize", "quantize_grad"]

@@ -1,0 +1,349 @@
+"""Tests for lpdl_core.quant.norms: EvoNorm-S0, Range EvoNorm (8-bit and FP), Range BN and
+make_norm, each against a formula recomputed here (official-code.md 5.4 and 12.17-18), plus the
+gradient bifurcation at Range EvoNorm's output and vmap(functional_call) == loop over copies."""
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, stack_module_state, vmap
+
+from lpdl_core.quant.norms import (NORMS, BatchNormAct, EvoNormS0, GroupNormAct, RangeBatchNorm2d,
+                                   RangeBNAct, RangeEvoNorm, hardsigmoid, make_norm, range_scale_fix)
+from lpdl_core.quant.quantizer import QuantCfg, fake_quant
+
+QC = QuantCfg(act_rounding="nearest", grad_rounding="nearest")
+
+
+def randomize(layer: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if p.requires_grad:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5 + (1.0 if name in ("weight", "v") else 0.0))
+    return layer
+
+
+def ste(x, x_min=None, x_max=None):
+    """8-bit nearest quantization with a straight-through gradient, written here independently."""
+    x_min = x.detach().min() if x_min is None else x_min
+    x_max = x.detach().max() if x_max is None else x_max
+    step = ((x_max - x_min) / 255).clamp(min=1e-8)
+    q = ((x.detach() - x_min) / step).clamp(0, 255).round() * step + x_min
+    return x + (q - x).detach()
+
+
+def range_en_ref(x, layer, *, quant, act="hard", x_range=None):
+    """Range EvoNorm from the formula in official-code.md 5.4, without the output grad quantizer."""
+    B, C, H, W = x.shape
+    v, w, b = layer.v, layer.weight, layer.bias
+    if quant:
+        x = ste(x, *x_range)
+        v, w, b = ste(v), ste(w), ste(b)
+    gate = torch.clamp(x * v / 6 + 0.5, 0, 1) if act == "hard" else torch.sigmoid(x * v)
+    n = x * gate
+    m = C * H * W // 128
+    y = x.reshape(B, 8, 16, m)
+    rbar = y.max(-1).values.mean(-1) - y.min(-1).values.mean(-1)
+    sigma = rbar * 0.175 * (1 + math.sqrt(math.pi * math.log(4))) / math.sqrt(2 * math.log(m))
+    s = 1 / (sigma + 1e-5)
+    if quant:
+        s = ste(s)
+    return (n.reshape(B, 8, -1) * s[..., None]).reshape(B, C, H, W) * w + b
+
+
+def batch_range(x):
+    flat = x.flatten(1)
+    return flat.min(1).values.mean(), flat.max(1).values.mean()
+
+
+# ---------------------------------------------------------------- EvoNorm-S0
+
+def test_evonorm_v0_reduces_to_half_x_over_std():
+    layer = randomize(EvoNormS0(16))
+    with torch.no_grad():
+        layer.v.zero_()
+    x = torch.randn(3, 16, 4, 4)
+    std = (x.reshape(3, 8, -1).var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    expect = (x.reshape(3, 8, -1) / (2 * std)).reshape_as(x) * layer.weight + layer.bias
+    torch.testing.assert_close(layer(x), expect)
+
+
+def test_evonorm_matches_formula_and_init():
+    layer = EvoNormS0(32)
+    assert all(p.shape == (1, 32, 1, 1) for p in (layer.weight, layer.bias, layer.v))
+    assert layer.weight.eq(1).all() and layer.bias.eq(0).all() and layer.v.eq(1).all()
+    randomize(layer)
+    x = torch.randn(2, 32, 5, 5)
+    xs = x.reshape(2, 8, 4, 5, 5)  # group g = channels 4g..4g+3
+    var = xs.var(dim=(2, 3, 4), unbiased=False, keepdim=True)
+    n = (x * torch.sigmoid(x * layer.v)).reshape(2, 8, 4, 5, 5)
+    expect = (n / torch.sqrt(var + 1e-5)).reshape_as(x) * layer.weight + layer.bias
+    torch.testing.assert_close(layer(x), expect)
+
+
+@pytest.mark.parametrize("c", [4, 12])
+def test_evonorm_rejects_bad_channels(c):
+    with pytest.raises(ValueError, match="groups"):
+        EvoNormS0(c)
+
+
+def test_evonorm_rejects_non_4d():
+    with pytest.raises(ValueError, match="4-D"):
+        EvoNormS0(16)(torch.randn(2, 16))
+
+
+# ---------------------------------------------------------------- Range EvoNorm
+
+def test_range_constant():
+    assert round(0.175 * (1 + math.sqrt(math.pi * math.log(4))), 4) == 0.5402
+    assert range_scale_fix(128) == pytest.approx(0.5402084 / math.sqrt(2 * math.log(128)))
+
+
+def test_hardsigmoid_values():
+    t = torch.tensor([-10.0, -3.0, -1.5, 0.0, 1.5, 3.0, 10.0])
+    torch.testing.assert_close(hardsigmoid(t), torch.tensor([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0]))
+    torch.testing.assert_close(hardsigmoid(t), F.hardsigmoid(t))
+
+
+@pytest.mark.parametrize("activation", ["hardsigmoid", "sigmoid"])
+def test_range_evonorm_fp_matches_formula(activation):
+    layer = randomize(RangeEvoNorm(16, qcfg=None, activation=activation))
+    assert not any("quantize" in n for n, _ in layer.named_modules())
+    x = torch.randn(3, 16, 8, 8)
+    expect = range_en_ref(x, layer, quant=False, act="hard" if activation == "hardsigmoid" else "sig")
+    torch.testing.assert_close(layer(x), expect)
+
+
+def test_range_evonorm_fp_default_is_hardsigmoid():
+    layer = RangeEvoNorm(16, qcfg=None)
+    assert layer.activation == "hardsigmoid"
+    x = torch.randn(2, 16, 8, 8) * 4
+    torch.testing.assert_close(layer(x), range_en_ref(x, layer, quant=False, act="hard"))
+    assert not torch.allclose(layer(x), range_en_ref(x, layer, quant=False, act="sig"))
+
+
+def test_range_evonorm_lp_matches_formula_eval_and_train():
+    layer = randomize(RangeEvoNorm(32, qcfg=QC), seed=1)
+    x = torch.randn(4, 32, 8, 8)
+    # train: the range is the batch mean of per-sample min/max; running range updated 0.1/0.9
+    layer.train()
+    out = layer(x)
+    lo, hi = batch_range(x)
+    torch.testing.assert_close(out, range_en_ref(x, layer, quant=True, x_range=(lo, hi)))
+    torch.testing.assert_close(layer.quantize_input.running_min, (0.9 * lo).reshape(1))
+    # eval: the running range, here deliberately narrower than the data (clamping matters)
+    layer.eval()
+    with torch.no_grad():
+        layer.quantize_input.running_min.fill_(-1.5)
+        layer.quantize_input.running_max.fill_(2.0)
+    out = layer(x)
+    expect = range_en_ref(x, layer, quant=True, x_range=(torch.tensor(-1.5), torch.tensor(2.0)))
+    torch.testing.assert_close(out, expect)
+    # 8-bit really applied: differs from the FP formula
+    assert not torch.allclose(out, range_en_ref(x, layer, quant=False), atol=1e-4)
+
+
+def test_range_evonorm_params_and_buffers():
+    layer = RangeEvoNorm(16, qcfg=QC)
+    names = dict(layer.named_parameters())
+    assert set(names) == {"weight", "bias", "v"}  # QuantMeasure range is buffers by default
+    assert all(p.shape == (1, 16, 1, 1) for p in names.values())
+    assert ((layer.weight >= 0) & (layer.weight <= 1)).all()  # U(0, 1), as the official class
+    assert layer.bias.eq(0).all() and layer.v.eq(1).all()
+    buffers = {n for n, _ in layer.named_buffers()}
+    assert buffers == {"quantize_input.running_min", "quantize_input.running_max"}
+    layer_p = RangeEvoNorm(16, qcfg=QuantCfg(measure_as_parameters=True))
+    assert "quantize_input.running_min" in dict(layer_p.named_parameters())
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 32, 32), (4, 32, 16, 16), (4, 64, 8, 8), (4, 512, 1, 1)])
+@pytest.mark.parametrize("qcfg", [None, QC])
+def test_range_evonorm_shapes(shape, qcfg):
+    x = torch.randn(shape, requires_grad=True)
+    out = RangeEvoNorm(shape[1], qcfg=qcfg)(x)
+    assert out.shape == x.shape and torch.isfinite(out).all()
+    out.square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+
+
+@pytest.mark.parametrize("shape, match", [((2, 8, 3, 3), "divisible"), ((2, 128, 1, 1), "m=1"),
+                                          ((2, 16, 8), "4-D")])
+def test_range_evonorm_rejects_bad_shapes(shape, match):
+    with pytest.raises(ValueError, match=match):
+        RangeEvoNorm(shape[1], qcfg=None)(torch.randn(shape))
+
+
+def test_range_evonorm_rejects_bad_args():
+    with pytest.raises(ValueError, match="groups"):
+        RangeEvoNorm(12, qcfg=None)
+    with pytest.raises(ValueError, match="activation"):
+        RangeEvoNorm(16, qcfg=None, activation="relu")
+
+
+def test_range_evonorm_output_gradient_is_quantized():
+    """Bifurcation: the gradient below Range EvoNorm comes from an 8-bit quantized g_y."""
+    layer = randomize(RangeEvoNorm(16, qcfg=QC), seed=2).eval()
+    with torch.no_grad():
+        layer.quantize_input.running_min.fill_(-2.5)
+        layer.quantize_input.running_max.fill_(2.5)
+    x = torch.randn(3, 16, 8, 8, requires_grad=True)
+    g = torch.randn(3, 16, 8, 8)
+    params = [x, layer.weight, layer.bias, layer.v]
+    got = torch.autograd.grad(layer(x), params, g)
+    ref = range_en_ref(x, layer, quant=True, x_range=(torch.tensor(-2.5), torch.tensor(2.5)))
+    want = torch.autograd.grad(ref, params, fake_quant(g, 8, "nearest"), retain_graph=True)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    unquantized = torch.autograd.grad(ref, x, g)[0]
+    assert not torch.allclose(got[0], unquantized, atol=1e-6)
+
+
+# ---------------------------------------------------------------- Range BN
+
+def test_range_bn_normalizes_gaussian_and_eval_uses_running_stats():
+    torch.manual_seed(0)
+    layer = RangeBatchNorm2d(8, momentum=0.0)  # momentum 0: running = last batch
+    x = torch.randn(32, 8, 8, 8) * torch.linspace(0.5, 4, 8).view(1, 8, 1, 1) + 3.0
+    out = layer(x)
+    std = out.transpose(0, 1).reshape(8, -1).std(-1)
+    assert torch.allclose(std, torch.ones(8), rtol=0.2), std
+    assert out.mean(dim=(0, 2, 3)).abs().max() < 1e-4
+    torch.testing.assert_close(layer.running_mean, x.mean(dim=(0, 2, 3)))
+    layer.eval()
+    torch.testing.assert_close(layer(x), out)  # same stats, now from the buffers
+    x2 = x[:4] * 2.0
+    expect = (x2 - layer.running_mean.view(1, 8, 1, 1)) * layer.running_scale.view(1, 8, 1, 1)
+    torch.testing.assert_close(layer(x2), expect)
+
+
+def test_range_bn_matches_formula_and_momentum():
+    layer = randomize(RangeBatchNorm2d(4, chunks=16))
+    assert layer.running_scale.eq(1).all() and layer.running_mean.eq(0).all()
+    x = torch.randn(8, 4, 4, 4)
+    y = x.transpose(0, 1).reshape(4, 16, 8)  # 8*4*4 = 128 values per channel -> 16 chunks of 8
+    mean = x.mean(dim=(0, 2, 3))
+    rng = y.max(-1).values.mean(-1) - y.min(-1).values.mean(-1)
+    scale_fix = 0.5 * 0.35 * (1 + (math.pi * math.log(4)) ** 0.5) / (2 * math.log(8)) ** 0.5
+    scale = 1 / (rng * scale_fix + 1e-5)
+    expect = (x - mean.view(1, 4, 1, 1)) * scale.view(1, 4, 1, 1) * layer.weight.view(1, 4, 1, 1) \
+        + layer.bias.view(1, 4, 1, 1)
+    torch.testing.assert_close(layer(x), expect)
+    torch.testing.assert_close(layer.running_mean, 0.9 * mean)  # running = 0.1·old + 0.9·batch
+    torch.testing.assert_close(layer.running_scale, 0.1 + 0.9 * scale)
+
+
+def test_range_bn_lp_close_to_fp_and_grad_runs():
+    fp, lp = RangeBatchNorm2d(16), RangeBatchNorm2d(16, qcfg=QC)
+    x = torch.randn(8, 16, 8, 8, requires_grad=True)
+    out = lp(x)
+    # not max: QuantMeasure's range (batch mean of per-sample min/max) clamps the outliers
+    assert (out - fp(x)).abs().mean() < 0.02
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all() and lp.weight.grad is not None
+    with pytest.raises(ValueError, match="divisible"):
+        RangeBatchNorm2d(16)(torch.randn(3, 16, 1, 1))
+
+
+# ---------------------------------------------------------------- make_norm
+
+EXPECTED = {"evonorm": EvoNormS0, "range-evonorm": RangeEvoNorm, "range-evonorm-fp": RangeEvoNorm,
+            "range-bn": RangeBNAct, "bn": BatchNormAct, "gn": GroupNormAct}
+
+
+@pytest.mark.parametrize("kind", NORMS)
+def test_make_norm_every_kind(kind):
+    qcfg = QC if kind == "range-evonorm" else None
+    layer = make_norm(kind, 32, qcfg=qcfg)
+    assert type(layer) is EXPECTED[kind]
+    assert layer.weight.numel() == 32 and layer.weight.shape in {(32,), (1, 32, 1, 1)}
+    assert layer.bias.numel() == 32
+    x = torch.randn(4, 32, 8, 8, requires_grad=True)
+    out = layer(x)
+    assert out.shape == x.shape
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all() and layer.weight.grad is not None
+    if kind in ("bn", "gn", "range-bn"):
+        assert out.min() >= 0  # the activation is inside
+    with torch.no_grad():
+        layer.weight.zero_()  # how models zero-init a residual branch
+        layer.bias.zero_()
+    assert layer(x).abs().max() == 0
+
+
+def test_make_norm_precision_and_validation():
+    assert make_norm("range-evonorm", 16, qcfg=QC).qcfg is QC
+    assert make_norm("range-evonorm-fp", 16).qcfg is None
+    assert make_norm("range-bn", 16, qcfg=QC).qcfg is QC
+    assert isinstance(make_norm("gn", 16), torch.nn.GroupNorm) and make_norm("gn", 16).num_groups == 2
+    with pytest.raises(ValueError, match="range-evonorm"):
+        make_norm("evonorm", 16, qcfg=QC)
+    with pytest.raises(ValueError, match="range-evonorm-fp"):
+        make_norm("range-evonorm", 16)
+    for kind in ("bn", "gn", "range-evonorm-fp"):
+        with pytest.raises(ValueError, match="full precision only"):
+            make_norm(kind, 16, qcfg=QC)
+    with pytest.raises(ValueError, match="evonorm, range-evonorm"):
+        make_norm("layernorm", 16)
+
+
+# ---------------------------------------------------------------- vmap(functional_call) == loop
+
+def _copies(make, k=3):
+    copies = []
+    for i in range(k):
+        layer = randomize(make(), seed=10 + i)
+        for name, buf in layer.named_buffers():
+            with torch.no_grad():
+                leaf = name.split(".")[-1]
+                buf.fill_({"running_min": -2.0 - i, "running_max": 2.0 + 0.5 * i,
+                           "running_mean": 0.1 * i, "running_scale": 1.0 + 0.2 * i}[leaf])
+        copies.append(layer)
+    return copies
+
+
+@pytest.mark.parametrize("case", ["evonorm", "range-fp", "range-fp-sigmoid", "range-lp-eval",
+                                  "range-lp-train", "range-bn-train", "range-bn-lp-eval"])
+def test_vmap_functional_call_equals_loop(case):
+    make = {"evonorm": lambda: EvoNormS0(16),
+            "range-fp": lambda: RangeEvoNorm(16, qcfg=None),
+            "range-fp-sigmoid": lambda: RangeEvoNorm(16, qcfg=None, activation="sigmoid"),
+            "range-lp-eval": lambda: RangeEvoNorm(16, qcfg=QC),
+            "range-lp-train": lambda: RangeEvoNorm(16, qcfg=QC),
+            "range-bn-train": lambda: RangeBatchNorm2d(16),
+            "range-bn-lp-eval": lambda: RangeBatchNorm2d(16, qcfg=QC)}[case]
+    train = "eval" not in case
+    copies = [c.train(train) for c in _copies(make)]
+    loop_copies = copy.deepcopy(copies)
+    xs = torch.randn(3, 4, 16, 8, 8)
+    params, buffers = stack_module_state(copies)
+
+    def f(p, b, x):
+        return functional_call(copies[0], (p, b), (x,))
+
+    got = vmap(f)(params, buffers, xs)
+    want = torch.stack([c(x) for c, x in zip(loop_copies, xs)])
+    torch.testing.assert_close(got, want)
+    # in-place running-stat updates work under vmap when the buffers are passed stacked
+    for name, stacked in buffers.items():
+        torch.testing.assert_close(stacked, torch.stack([dict(c.named_buffers())[name] for c in loop_copies]))
+
+
+def test_vmap_grad_equals_loop_for_range_evonorm_lp():
+    copies = [c.eval() for c in _copies(lambda: RangeEvoNorm(16, qcfg=QC))]
+    params, buffers = stack_module_state(copies)
+    xs = torch.randn(3, 4, 16, 8, 8)
+    gs = torch.randn(3, 4, 16, 8, 8)
+
+    def loss(p, b, x, g):
+        return (functional_call(copies[0], (p, b), (x,)) * g).sum()
+
+    got_p, got_x = vmap(torch.func.grad(loss, argnums=(0, 2)))(params, buffers, xs, gs)
+    for i, c in enumerate(copies):
+        x = xs[i].clone().requires_grad_(True)
+        ps = [c.weight, c.bias, c.v, x]
+        grads = torch.autograd.grad((c(x) * gs[i]).sum(), ps)
+        for name, gr in zip(("weight", "bias", "v"), grads[:3]):
+            torch.testing.assert_close(got_p[name][i], gr)
+        torch.testing.assert_close(got_x[i], grads[3])
