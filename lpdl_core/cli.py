@@ -63,6 +63,30 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     return 0 if all(r.status == "ok" for _, r in results) else 1
 
 
+def _cmd_bench(a: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from .bench import bench_step
+
+    res = bench_step(model=a.model, nodes=a.nodes, batch=a.batch, steps=a.steps, warmup=a.warmup,
+                     executor=a.executor, device=a.device, dataset=a.dataset,
+                     precisions=tuple(a.precisions.split(",")))
+    text = json.dumps(res, indent=2)
+    print(text)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text + "\n")
+    return 0
+
+
+def _cmd_models(a: argparse.Namespace) -> int:
+    from .models.registry import format_model_table, model_table
+
+    print(format_model_table(model_table()))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .engine.executors import EXECUTORS
     from .partition import KNOWN_CLASS_SIZES
@@ -99,6 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
+
+    b = sub.add_parser("bench", help="FP vs 8-bit step time of the n-node simulator (JSON)")
+    b.add_argument("--model", default="resnet20")
+    b.add_argument("--dataset", choices=("cifar", "imagenette"), default="cifar")
+    b.add_argument("--nodes", type=int, default=8)
+    b.add_argument("--batch", type=int, default=32, help="batch per node")
+    b.add_argument("--steps", type=int, default=10)
+    b.add_argument("--warmup", type=int, default=2)
+    b.add_argument("--executor", choices=EXECUTORS, default="loop")
+    b.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    b.add_argument("--precisions", default="fp,lp", help="comma-separated: fp,lp")
+    b.add_argument("--out", help="also write the JSON here")
+    b.set_defaults(func=_cmd_bench)
+
+    m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
+    m.set_defaults(func=_cmd_models)
     return p
 
 

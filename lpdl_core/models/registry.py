@@ -1,0 +1,90 @@
+"""Name -> model for the paper's CNNs, input sizes, parameter counts and the `lpdl models` table.
+
+Counts follow official-code.md section 6 / check 16 (measured on the official classes); the
+paper's Table 1 column is the rounded value it reports (MobileNetV2 is not in the paper).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from ..quant.quantizer import QuantCfg
+from .mobilenetv2 import mobilenetv2
+from .resnet_cifar import PRECISIONS, resnet_cifar
+from .resnet_imagenet import resnet18
+from .vgg import DATASETS, vgg11
+
+MODELS = ("resnet20", "resnet54", "vgg11", "resnet18", "mobilenetv2")
+# the datasets each model is built for (resnet18 is Imagenette-only, so `dataset` is ignored)
+MODEL_DATASETS = {"resnet20": ("cifar",), "resnet54": ("cifar",), "vgg11": DATASETS,
+                  "resnet18": ("imagenette",), "mobilenetv2": ("cifar",)}
+PAPER_TABLE1 = {"resnet20": "0.27M", "resnet54": "0.76M", "vgg11": "9.49M", "resnet18": "11.2M",
+                "mobilenetv2": "—"}
+
+
+def build_model(name: str, *, precision: str = "fp", norm: str | None = None, num_classes: int = 10,
+                dataset: str = "cifar", qcfg: QuantCfg | None = None) -> nn.Module:
+    """A paper model. precision "fp" (plain layers, EvoNorm) or "lp" (8-bit layers, Range EvoNorm,
+    qcfg defaulting to QuantCfg()); norm overrides the norm kind (see quant.norms.make_norm).
+    dataset ("cifar" | "imagenette") selects VGG-11's variant; ResNet-18 is always the 224-px
+    Imagenette net; the other models are CIFAR-only."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; valid datasets: {', '.join(DATASETS)}")
+    if name != "resnet18" and dataset not in MODEL_DATASETS[name]:
+        raise ValueError(f"model {name!r} is built for {MODEL_DATASETS[name]} only, got dataset {dataset!r}")
+    kw = dict(num_classes=num_classes, precision=precision, norm=norm, qcfg=qcfg)
+    if name == "resnet20":
+        return resnet_cifar(20, **kw)
+    if name == "resnet54":
+        return resnet_cifar(54, **kw)
+    if name == "vgg11":
+        return vgg11(dataset=dataset, **kw)
+    if name == "resnet18":
+        return resnet18(**kw)
+    return mobilenetv2(**kw)
+
+
+def input_size(name: str, dataset: str = "cifar") -> int:
+    """Input side in pixels: 224 for ResNet-18 and Imagenette VGG-11, else 32."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
+    return 224 if name == "resnet18" or (name == "vgg11" and dataset == "imagenette") else 32
+
+
+def count_params(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of parameter scalars (with trainable_only=False also the requires_grad=False ones,
+    e.g. the official QuantMeasure running ranges)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def model_table(qcfg_official: QuantCfg = QuantCfg(measure_as_parameters=True)) -> list[dict]:
+    """One row per model: FP params, LP trainable params, LP params incl. the QuantMeasure
+    scalars as the official code counts them (measure_as_parameters=True), Table 1 value."""
+    rows = []
+    for name in MODELS:
+        ds = MODEL_DATASETS[name]
+        rows.append(dict(
+            name=name,
+            dataset="/".join(ds),
+            fp=count_params(build_model(name, precision="fp", dataset=ds[0])),
+            lp_trainable=count_params(build_model(name, precision="lp", dataset=ds[0])),
+            lp_official=count_params(build_model(name, precision="lp", dataset=ds[0], qcfg=qcfg_official),
+                                     trainable_only=False),
+            paper=PAPER_TABLE1[name],
+        ))
+    return rows
+
+
+def format_model_table(rows: list[dict]) -> str:
+    """Aligned text table of `model_table` rows."""
+    head = ("model", "dataset", "FP params", "LP trainable", "LP incl. QuantMeasure", "paper Table 1")
+    body = [(r["name"], r["dataset"], f"{r['fp']:,}", f"{r['lp_trainable']:,}", f"{r['lp_official']:,}",
+             r["paper"]) for r in rows]
+    widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
+    fmt = lambda line: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
+                                 for i, (c, w) in enumerate(zip(line, widths)))
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt(head), sep, *map(fmt, body)])

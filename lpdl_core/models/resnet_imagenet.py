@@ -1,0 +1,46 @@
+"""ResNet-18 for Imagenette (224 px), as the paper's official code builds it.
+
+Follows `quantized_training/resnet.py::ResNet_imagenet` (FP) and
+`resnet_quantized.py::ResNet_imagenetq` (LP) with BasicBlock layers [2, 2, 2, 2]
+(official-code.md section 6): 7x7/2 stem conv + norm, 3x3/2 max-pool, stages 64/128/256/512 with
+1x1 conv + norm projections where the shape changes, avg-pool 7, FC 512 -> classes. The norms
+carry the nonlinearity (no ReLU anywhere), and the FP/LP init rules are those of the CIFAR
+ResNet (`init_resnet`). 11,186,442 FP parameters; 11,186,556 LP with the official QuantMeasure
+scalars (Table 1: 11.2M).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from ..quant.layers import make_conv, make_linear
+from ..quant.norms import make_norm
+from ..quant.quantizer import QuantCfg
+from .resnet_cifar import init_resnet, make_stage, resolve_precision
+
+
+class ResNetImagenet(nn.Module):
+    def __init__(self, layers: tuple[int, ...], num_classes: int, norm: str, qcfg: QuantCfg | None):
+        super().__init__()
+        # (B, 3, 224, 224) -> (B, 64, 112, 112) -> max-pool (B, 64, 56, 56)
+        self.conv1 = make_conv(3, 64, 7, stride=2, padding=3, qcfg=qcfg)
+        self.bn1 = make_norm(norm, 64, qcfg=qcfg)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = make_stage(64, 64, layers[0], 1, norm, qcfg)     # (B, 64, 56, 56)
+        self.layer2 = make_stage(64, 128, layers[1], 2, norm, qcfg)    # (B, 128, 28, 28)
+        self.layer3 = make_stage(128, 256, layers[2], 2, norm, qcfg)   # (B, 256, 14, 14)
+        self.layer4 = make_stage(256, 512, layers[3], 2, norm, qcfg)   # (B, 512, 7, 7)
+        self.avgpool = nn.AvgPool2d(7)                                 # (B, 512, 1, 1)
+        self.fc = make_linear(512, num_classes, qcfg=qcfg)             # (B, classes)
+        init_resnet(self, lp=qcfg is not None)
+
+    def forward(self, x):
+        x = self.maxpool(self.bn1(self.conv1(x)))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.avgpool(x).flatten(1))
+
+
+def resnet18(*, num_classes: int = 10, precision: str = "fp", norm: str | None = None,
+             qcfg: QuantCfg | None = None) -> ResNetImagenet:
+    """ResNet-18 (BasicBlock [2, 2, 2, 2]) for 224-px Imagenette."""
+    norm, qcfg = resolve_precision(precision, norm, qcfg)
+    return ResNetImagenet((2, 2, 2, 2), num_classes, norm, qcfg)

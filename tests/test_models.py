@@ -1,0 +1,204 @@
+"""The paper's CNNs: exact official parameter counts (official-code.md section 6, checks 16 and 19),
+FP/LP init rules, forward/backward shapes, a few SGD steps, norm swapping and the registry."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lpdl_core.models import (MODELS, build_model, count_params, format_model_table, input_size,
+                              model_table, resnet_cifar)
+from lpdl_core.models.resnet_cifar import BasicBlock
+from lpdl_core.quant.layers import QAdd, QConv2d, QLinear, QuantMeasure
+from lpdl_core.quant.quantizer import QuantCfg
+
+OFFICIAL = QuantCfg(measure_as_parameters=True)
+
+# name, dataset, FP, LP trainable, LP incl. QuantMeasure scalars (official)
+COUNTS = [
+    ("resnet20", "cifar", 273_258, 273_258, 273_380),
+    ("resnet54", "cifar", 760_458, 760_458, 760_760),
+    ("vgg11", "cifar", 9_496_522, 9_493_770, 9_493_806),
+    ("vgg11", "imagenette", 9_496_522, 9_493_770, 9_493_806),
+    ("resnet18", "imagenette", 11_186_442, 11_186_442, 11_186_556),
+    ("mobilenetv2", "cifar", 2_314_466, 2_314_466, 2_314_696),
+]
+
+
+@pytest.mark.parametrize("name,dataset,fp,lp,lp_official", COUNTS)
+def test_parameter_counts(name, dataset, fp, lp, lp_official):
+    assert count_params(build_model(name, precision="fp", dataset=dataset)) == fp
+    m = build_model(name, precision="lp", dataset=dataset)
+    assert count_params(m) == lp
+    # default QuantCfg keeps the running ranges as buffers: no parameter that is not trainable
+    assert count_params(m, trainable_only=False) == lp
+    m = build_model(name, precision="lp", dataset=dataset, qcfg=OFFICIAL)
+    assert count_params(m) == lp
+    assert count_params(m, trainable_only=False) == lp_official
+
+
+def test_resnet20_tensor_counts():
+    assert len(list(build_model("resnet20").parameters())) == 86
+    assert len(list(build_model("resnet20", precision="lp", qcfg=OFFICIAL).parameters())) == 208
+    m = build_model("resnet20", precision="lp")
+    assert sum(isinstance(x, QuantMeasure) for x in m.modules()) == 61  # 21 conv/fc + 21 norms + 9 adds x 2
+
+
+def test_resnet_depth_54_is_8_blocks_per_stage():
+    m = resnet_cifar(54)
+    assert m.blocks_per_stage == 8
+    assert [len(s) for s in (m.layer1, m.layer2, m.layer3)] == [8, 8, 8]
+    convs3x3 = sum(isinstance(x, nn.Conv2d) and x.kernel_size == (3, 3) for x in m.modules())
+    assert convs3x3 + 1 == 50  # 6n + 2 weight layers (3x3 convs + FC; 1x1 projections not counted)
+    assert resnet_cifar(20).blocks_per_stage == 3
+
+
+def _norms_of_block(b: BasicBlock):
+    return [b.bn1, b.bn2] + ([b.downsample[1]] if b.downsample is not None else [])
+
+
+@pytest.mark.parametrize("name", ["resnet20", "resnet18"])
+def test_resnet_lp_init(name):
+    torch.manual_seed(0)
+    m = build_model(name, precision="lp")
+    blocks = [b for b in m.modules() if isinstance(b, BasicBlock)]
+    assert blocks
+    assert torch.all(m.bn1.weight == 1)
+    for b in blocks:
+        assert torch.all(b.bn2.weight == 0)  # every block's last norm: zero-init residual branch
+        assert torch.all(b.bn1.weight == 1)
+        if b.downsample is not None:
+            assert torch.all(b.downsample[1].weight == 1)
+        assert isinstance(b.conv1, QConv2d) and isinstance(b.add, QAdd)
+    assert isinstance(m.fc, QLinear)
+    assert abs(m.fc.weight.std().item() - 0.01) < 0.002
+    assert torch.all(m.fc.bias == 0)
+
+
+@pytest.mark.parametrize("name", ["resnet20", "resnet18"])
+def test_resnet_fp_init(name):
+    torch.manual_seed(0)
+    m = build_model(name, precision="fp")
+    for b in m.modules():
+        if isinstance(b, BasicBlock):
+            for n in _norms_of_block(b):
+                assert torch.all(n.weight == 1)
+            assert type(b.conv1) is nn.Conv2d
+    assert m.fc.weight.std().item() > 0.02  # PyTorch default Linear init, not N(0, 0.01)
+    conv = m.layer1[0].conv1  # N(0, sqrt(2 / (9 C_out)))
+    expect = (2.0 / (9 * conv.out_channels)) ** 0.5
+    assert abs(conv.weight.std().item() / expect - 1) < 0.1
+
+
+def test_vgg_bias_and_norm_init():
+    torch.manual_seed(0)
+    fp, lp = build_model("vgg11", precision="fp"), build_model("vgg11", precision="lp")
+    fp_convs = [x for x in fp.modules() if isinstance(x, nn.Conv2d)]
+    lp_convs = [x for x in lp.modules() if isinstance(x, nn.Conv2d)]
+    assert len(fp_convs) == len(lp_convs) == 8
+    assert all(c.bias is not None and torch.all(c.bias == 0) for c in fp_convs)
+    assert all(c.bias is None and isinstance(c, QConv2d) for c in lp_convs)
+    # LP norm gamma keeps the Range EvoNorm class init U(0, 1) (official VGG-LP); FP EvoNorm gamma = 1
+    g = lp.features[1].weight
+    assert 0 <= g.min() and g.max() <= 1 and g.std() > 0.1
+    assert torch.all(fp.features[1].weight == 1)
+
+
+def test_mobilenet_structure():
+    m = build_model("mobilenetv2", precision="lp")
+    shortcut_convs = [b.shortcut[0] for b in m.layers if isinstance(b.shortcut, nn.Sequential)]
+    assert len(shortcut_convs) == 4  # stride-1 blocks with in != out: 32->16, 16->24, 64->96, 160->320
+    # official LP shortcut conv: 8-bit forward, no gradient bifurcation
+    assert all(isinstance(c, QConv2d) and type(c) is not QConv2d for c in shortcut_convs)
+    assert len(m.layers) == 17
+
+
+def _forward_backward(name, precision, dataset):
+    torch.manual_seed(0)
+    m = build_model(name, precision=precision, dataset=dataset).train()
+    s = input_size(name, dataset)
+    x = torch.randn(2, 3, s, s)
+    out = m(x)
+    assert out.shape == (2, 10)
+    assert torch.isfinite(out).all()
+    nn.functional.cross_entropy(out, torch.tensor([1, 2])).backward()
+    grads = [p.grad for p in m.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads)
+    if s == 32:  # eval path (LP: running activation ranges); skipped at 224 px to keep the file fast
+        assert m.eval()(x).shape == (2, 10)
+
+
+@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("name,dataset", [("resnet20", "cifar"), ("resnet54", "cifar"), ("vgg11", "cifar"),
+                                          ("mobilenetv2", "cifar"), ("resnet18", "imagenette"),
+                                          ("vgg11", "imagenette")])
+def test_forward_backward(name, dataset, precision):
+    _forward_backward(name, precision, dataset)
+
+
+@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("name", ["resnet20", "vgg11"])
+def test_sgd_lowers_loss_on_a_fixed_batch(name, precision):
+    torch.manual_seed(0)
+    m = build_model(name, precision=precision).train()
+    if name == "vgg11":
+        m.classifier[0].p = 0.0  # no dropout: with 8 samples its noise swamps 6 steps of progress
+    x, y = torch.randn(8, 3, 32, 32), torch.arange(8) % 10
+    opt = torch.optim.SGD(m.parameters(), lr=0.05)
+    losses = []
+    for _ in range(6):
+        loss = nn.functional.cross_entropy(m(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0], losses
+
+
+@pytest.mark.parametrize("precision,norm", [("fp", k) for k in ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")]
+                         + [("lp", k) for k in ("range-evonorm", "range-bn")])
+def test_norm_swap_resnet20(precision, norm):
+    torch.manual_seed(0)
+    m = build_model("resnet20", precision=precision, norm=norm).train()
+    x = torch.randn(2, 3, 32, 32)
+    out = m(x)
+    assert out.shape == (2, 10) and torch.isfinite(out).all()
+    out.sum().backward()
+
+
+def test_build_model_validation():
+    with pytest.raises(ValueError, match="valid names: resnet20, resnet54, vgg11, resnet18, mobilenetv2"):
+        build_model("resnet56")
+    with pytest.raises(ValueError, match="valid precisions: fp, lp"):
+        build_model("resnet20", precision="int8")
+    with pytest.raises(ValueError, match="valid datasets"):
+        build_model("vgg11", dataset="imagenet")
+    with pytest.raises(ValueError, match="cifar"):
+        build_model("resnet20", dataset="imagenette")
+    with pytest.raises(ValueError):
+        build_model("resnet20", precision="lp", norm="evonorm")  # FP-only norm in an LP model
+    with pytest.raises(ValueError, match="valid names"):
+        input_size("lenet", "cifar")
+
+
+def test_input_size():
+    assert [input_size(n, "cifar") for n in MODELS] == [32, 32, 32, 224, 32]
+    assert input_size("vgg11", "imagenette") == 224
+
+
+def test_model_table():
+    rows = model_table()
+    assert [r["name"] for r in rows] == list(MODELS)
+    got = {r["name"]: (r["fp"], r["lp_trainable"], r["lp_official"], r["paper"]) for r in rows}
+    assert got == {
+        "resnet20": (273_258, 273_258, 273_380, "0.27M"),
+        "resnet54": (760_458, 760_458, 760_760, "0.76M"),
+        "vgg11": (9_496_522, 9_493_770, 9_493_806, "9.49M"),
+        "resnet18": (11_186_442, 11_186_442, 11_186_556, "11.2M"),
+        "mobilenetv2": (2_314_466, 2_314_466, 2_314_696, "—"),
+    }
+    text = format_model_table(rows)
+    lines = text.splitlines()
+    assert len(lines) == 2 + len(MODELS)
+    assert len({len(line) for line in lines}) == 1  # aligned
+    assert "11,186,556" in text and "0.27M" in text
