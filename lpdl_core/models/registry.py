@@ -5,6 +5,8 @@ paper's Table 1 column is the rounded value it reports (MobileNetV2 is not in th
 """
 from __future__ import annotations
 
+import torch
+
 from torch import nn
 
 from ..quant.quantizer import QuantCfg
@@ -75,6 +77,27 @@ def model_table(qcfg_official: QuantCfg = QuantCfg(measure_as_parameters=True)) 
                                      trainable_only=False),
             paper=PAPER_TABLE1[name],
         ))
+    rows.extend(_distilbert_rows(qcfg_official))
+    return rows
+
+
+def _distilbert_rows(qcfg_official: QuantCfg) -> list[dict]:
+    """DistilBERT-base sequence classifiers (Table 1's NLP rows), built on the meta device
+    (shapes only, no weights). Skipped when transformers is not installed."""
+    try:
+        from transformers import DistilBertConfig, DistilBertForSequenceClassification
+    except ImportError:
+        return []
+    from .transformer import quantize_linears
+
+    rows = []
+    for dataset, labels in (("agnews", 4), ("sentlen", 6)):
+        with torch.device("meta"):
+            fp = DistilBertForSequenceClassification(DistilBertConfig(num_labels=labels))
+            n_fp = count_params(fp)
+            lp = quantize_linears(fp, qcfg_official)
+            rows.append(dict(name="distilbert", dataset=dataset, fp=n_fp, lp_trainable=count_params(lp),
+                             lp_official=count_params(lp, trainable_only=False), paper="66.7M"))
     return rows
 
 
