@@ -20,6 +20,9 @@ from .quant.quantizer import QuantCfg
 from .topology import Topology
 
 
+LP_OVER_FP_TARGET = 1.5
+
+
 def _time_steps(sim: Simulator, x: torch.Tensor, y: torch.Tensor, steps: int, warmup: int) -> list[float]:
     cuda = sim.device.type == "cuda"
     times = []
@@ -65,5 +68,9 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                                      "mean_s": statistics.fmean(times), "per_node_median_s":
                                      statistics.median(times) / nodes, "params": sim.layout.d}
     if "fp" in out["results"] and "lp" in out["results"]:
-        out["lp_over_fp"] = out["results"]["lp"]["median_s"] / out["results"]["fp"]["median_s"]
+        ratio = out["results"]["lp"]["median_s"] / out["results"]["fp"]["median_s"]
+        out["lp_over_fp"] = ratio
+        # Issue target for ResNet-20, batch 32 per node, 2-core CPU; official code: 2.3-2.75.
+        out["target_lp_over_fp"] = LP_OVER_FP_TARGET
+        out["meets_target"] = ratio <= LP_OVER_FP_TARGET
     return out

@@ -25,7 +25,9 @@ class QuantCfg:
     """8-bit training settings of one run.
 
     bits: weights/activations/norm parameters; grad_bits: layer gradients (bifurcation).
-    act_rounding: activation rounding in training ("stochastic", as the official code runs).
+    act_rounding: activation rounding in training. "nearest" (default) is what Banner et al.'s
+        QuantMeasure asks for; "stochastic" (with eval_rounding="stochastic") reproduces the
+        official code, whose positional-argument bug turns it on in training and eval alike.
     grad_rounding: layer-gradient rounding ("stochastic", the paper/Banner et al.; "nearest" makes
         a run deterministic, used by the loop == batched test).
     eval_rounding: activation rounding at eval. "nearest" (default, the paper's intent);
@@ -38,7 +40,7 @@ class QuantCfg:
 
     bits: int = 8
     grad_bits: int = 8
-    act_rounding: Literal["nearest", "stochastic"] = "stochastic"
+    act_rounding: Literal["nearest", "stochastic"] = "nearest"
     grad_rounding: Literal["nearest", "stochastic"] = "stochastic"
     eval_rounding: Literal["nearest", "stochastic"] = "nearest"
     measure_as_parameters: bool = False
@@ -56,6 +58,22 @@ class QuantCfg:
             raise ValueError(f"quant.momentum must be in [0, 1), got {self.momentum}")
 
 
+def _uniform_noise(t: torch.Tensor) -> torch.Tensor:
+    """U[-1/2, 1/2) noise shaped like t, for stochastic rounding.
+
+    On CPU, torch.rand_like (one mt19937 draw per element) dominated the 8-bit step. Here one
+    64-bit draw feeds four 16-bit lanes, about 3x cheaper; 16-bit resolution biases the rounding
+    by at most 2^-16 of a step. Under torch.func transforms and on GPUs, rand_like is used
+    (vmap needs its own random ops for per-node noise; Philox on GPU is already cheap).
+    """
+    if t.device.type != "cpu" or torch._C._functorch.is_functorch_wrapped_tensor(t):
+        return torch.rand_like(t) - 0.5
+    k = t.numel()
+    bits = torch.empty((k + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)  # all 64 bits random
+    lanes = bits.view(torch.int16)[:k].view(t.shape)
+    return lanes.to(t.dtype).add_(0.5).mul_(1.0 / 65536.0)  # (int16 + 1/2) / 2^16 in (-1/2, 1/2)
+
+
 def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
                x_min: torch.Tensor | None = None, x_max: torch.Tensor | None = None) -> torch.Tensor:
     """Quantize-dequantize x to 2**bits levels over [x_min, x_max] (default: x's own range).
@@ -63,24 +81,48 @@ def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
     No gradient handling: use `quantize` for the STE version. x_min/x_max may be 0-dim tensors
     or broadcastable to x (e.g. per-sample ranges).
     """
+    # amin + amax: measured 4x faster than torch.aminmax on this CPU build
     if x_min is None:
         x_min = x.detach().amin()
     if x_max is None:
         x_max = x.detach().amax()
     levels = 2.0 ** bits - 1.0
     scale = ((x_max - x_min) / levels).clamp(min=1e-8)
-    t = (x - x_min) / scale
+    # Exactly (x - x_min) / scale as the official code: a fused x*(1/s) - x_min/s differs in the
+    # last bit and flips rare rounding decisions at .5 boundaries.
+    t = (x - x_min).div_(scale)
     if rounding == "stochastic":
-        t = t + torch.rand_like(t) - 0.5  # official: noise, then clamp, then round
-    return t.clamp(0.0, levels).round() * scale + x_min
+        t = t.add_(_uniform_noise(t))  # official order: noise, then clamp, then round
+    t = t.clamp(0.0, levels).round_()  # out of place: vmap has no batching rule for clamp_
+    return torch.addcmul(x_min, t, scale)
+
+
+class _Quantize(torch.autograd.Function):
+    """Forward Q(x); backward identity (straight-through estimator), with no extra graph nodes."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, bits, rounding, x_min, x_max):
+        return fake_quant(x, bits, rounding, x_min, x_max)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None, None, None
 
 
 def quantize(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
              x_min: torch.Tensor | None = None, x_max: torch.Tensor | None = None) -> torch.Tensor:
     """Fake-quantize with a straight-through estimator: forward Q(x), backward identity."""
-    with torch.no_grad():
-        q = fake_quant(x.detach(), bits, rounding, x_min, x_max)
-    return x + (q - x.detach())
+    if x_min is not None:
+        x_min = x_min.detach()
+    if x_max is not None:
+        x_max = x_max.detach()
+    return _Quantize.apply(x, bits, rounding, x_min, x_max)
 
 
 class _QuantizeGrad(torch.autograd.Function):

@@ -1,0 +1,18 @@
+"""`lpdl bench` writes a well-formed JSON report (the speed targets live in the JSON, not here)."""
+import json
+
+from lpdl_core.bench import LP_OVER_FP_TARGET
+from lpdl_core.cli import main
+
+
+def test_bench_json_report(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model", "resnet20", "--nodes", "2", "--batch", "2", "--steps", "1",
+                 "--warmup", "0", "--device", "cpu", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep == json.loads(capsys.readouterr().out)
+    assert set(rep["results"]) == {"fp", "lp"} and rep["nodes"] == 2 and rep["executor"] == "loop"
+    for r in rep["results"].values():
+        assert r["median_s"] > 0 and r["params"] == 273_258
+    assert rep["lp_over_fp"] > 0 and rep["target_lp_over_fp"] == LP_OVER_FP_TARGET
+    assert rep["meets_target"] == (rep["lp_over_fp"] <= LP_OVER_FP_TARGET)
