@@ -8,7 +8,10 @@ from typing import Callable, Iterable
 
 from .algorithms.base import GossipCfg
 from .compress import CompressorCfg
-from .data import digits
+import numpy as np
+import torch
+
+from .data.base import DataSplit
 from .engine import EngineCfg
 from .models import tiny_cnn
 from .optim import OptimCfg
@@ -27,10 +30,26 @@ DEFAULT_RUNS = (DemoRun("ds", 0.0, 1.0), DemoRun("choco", 0.0, 1.0),
                 DemoRun("ds", 0.99, 0.01), DemoRun("choco", 0.99, 0.01))
 
 
+def digits_8x8(test_fraction: float = 0.2, seed: int = 0) -> DataSplit:
+    """scikit-learn's 1,797 real 8x8 digits as 1-channel uint8 images (the demo's data only)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    x = np.round(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None]
+    xtr, xte, ytr, yte = train_test_split(x, d.target.astype(np.int64), test_size=test_fraction,
+                                          stratify=d.target, random_state=seed)
+    m, sd = float(xtr.mean() / 255.0), float(xtr.std() / 255.0)
+    t = torch.from_numpy
+    return DataSplit(name="digits-8x8", kind="image", num_classes=10, x_train=t(xtr), y_train=t(ytr),
+                     x_test=t(xte), y_test=t(yte), mean=(m,), std=(sd,), augment="none", image_size=8,
+                     description="scikit-learn load_digits, 8x8 grey, demo only (not a paper dataset)")
+
+
 def run_demo(*, epochs: int = 8, nodes: int = 8, skew: float = 0.8, graph: str = "directed-ring",
              executor: str = "loop", device: str = "auto", runs: Iterable[DemoRun] = DEFAULT_RUNS,
              progress: Callable[[DemoRun, dict], None] | None = None) -> list[tuple[DemoRun, RunResult]]:
-    split = digits.load()
+    split = digits_8x8()
     topo = Topology(name=graph, n=nodes)
     out = []
     for r in runs:

@@ -6,13 +6,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 from .algorithms.base import GossipCfg
+from .data.augment import augment_batch
+from .data.base import DataSplit
 from .data.sampler import NodeSampler
 from .engine import EngineCfg, Simulator, evaluate
 from .optim import OptimCfg
@@ -27,6 +29,9 @@ class RunCfg:
 
     batch_size is per node (the official code uses int(256 / n)). final_gossip_rounds are
     gossip-only rounds after training (official: 50 on CIFAR, 36 on Imagenette; 0 = off).
+    data_on: "device" keeps the whole dataset on the training device (fastest); "host" keeps it in
+    (pinned) host memory and copies each node-stacked batch over, for datasets too big for the
+    device. Augmentation runs on the training device either way.
     """
 
     epochs: int
@@ -36,6 +41,7 @@ class RunCfg:
     skew: float = 0.0
     partition_seed: int = 1234
     final_gossip_rounds: int = 0
+    data_on: Literal["device", "host"] = "device"
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -46,6 +52,8 @@ class RunCfg:
             raise ValueError(f"run.skew must be in [0, 1], got {self.skew}")
         if self.final_gossip_rounds < 0:
             raise ValueError("run.final_gossip_rounds must be >= 0")
+        if self.data_on not in ("device", "host"):
+            raise ValueError(f"run.data_on must be 'device' or 'host', got {self.data_on!r}")
 
 
 @dataclass
@@ -62,27 +70,43 @@ class RunResult:
     diverged_at: dict | None = None
 
 
-def train(make_model: Callable[[], nn.Module], split, *, topology: Topology, gossip: GossipCfg,
-          optim_cfg: OptimCfg, engine: EngineCfg, run: RunCfg,
+def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
+          gossip: GossipCfg, optim_cfg: OptimCfg, engine: EngineCfg, run: RunCfg,
           progress: Callable[[dict], None] | None = None) -> RunResult:
-    """Train n nodes on `split` (x_train, y_train, x_test, y_test tensors; num_classes)."""
+    """Train n nodes on `split`. The whole dataset moves to the training device once (images as
+    uint8); each step augments and normalizes the node-stacked batch there."""
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
     parts = skew_partition(labels, topology.n, run.skew, seed=run.partition_seed)
     hist = histograms(parts, labels, num_classes=split.num_classes)
     sim = Simulator(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
     dev = sim.device
-    x_tr, y_tr = split.x_train.to(dev), split.y_train.to(dev)
-    x_te, y_te = split.x_test.to(dev), split.y_test.to(dev)
+    store = dev if run.data_on == "device" else torch.device("cpu")
+    pin = run.data_on == "host" and dev.type == "cuda"
+    x_tr, y_tr = split.x_train.to(store), split.y_train.to(store)
+    x_te, y_te = split.x_test.to(store), split.y_test.to(store)
+    if pin:
+        x_tr, y_tr = x_tr.pin_memory(), y_tr.pin_memory()
+
+    def batch(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = idx.to(store)
+        xb, yb = x_tr[idx], y_tr[idx]
+        if pin:
+            xb, yb = xb.pin_memory(), yb.pin_memory()
+        return xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
+
     sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed)
+    aug_gen = torch.Generator(device=dev).manual_seed(run.partition_seed + 2)
+    to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen)  # noqa: E731
+    to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     curve: list[dict] = []
     status, diverged_at = "ok", None
     for epoch in range(run.epochs):
         lr = lr_at(epoch, run.lr, run.schedule)
         loss_sum = torch.zeros(topology.n, device=dev)
         for it, idx in enumerate(sampler.epoch(epoch)):
-            idx = idx.to(dev)
-            losses = sim.train_step(x_tr[idx], y_tr[idx], lr)
+            xb, yb = batch(idx)
+            losses = sim.train_step(to_train(xb), yb, lr)
             loss_sum += losses
             if not torch.isfinite(losses).all():
                 status, diverged_at = "diverged", {"epoch": epoch, "iteration": it}
@@ -92,7 +116,7 @@ def train(make_model: Callable[[], nn.Module], split, *, topology: Topology, gos
                           "iters_per_epoch": sampler.iters_per_epoch})
         if status == "diverged":
             break
-        ev = evaluate(sim, x_te, y_te)
+        ev = evaluate(sim, x_te, y_te.to(dev), transform=to_test)
         row = {"epoch": epoch, "lr": lr, "train_loss": float(loss_sum.mean()) / sampler.iters_per_epoch,
                "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
                "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
@@ -102,7 +126,7 @@ def train(make_model: Callable[[], nn.Module], split, *, topology: Topology, gos
             progress({"event": "epoch", **row, "epochs": run.epochs})
     for _ in range(run.final_gossip_rounds if status == "ok" else 0):
         sim.gossip_round()
-    final = evaluate(sim, x_te, y_te).as_dict()
+    final = evaluate(sim, x_te, y_te.to(dev), transform=to_test).as_dict()
     if not math.isfinite(final["mean_loss"]) and status == "ok":
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,

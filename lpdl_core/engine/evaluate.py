@@ -26,8 +26,13 @@ class Evaluation:
 
 
 @torch.no_grad()
-def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> Evaluation:
-    """Evaluate every node and the averaged model on (x, y), already on sim.device."""
+def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024,
+             transform=None) -> Evaluation:
+    """Evaluate every node and the averaged model on (x, y), already on sim.device.
+
+    transform: applied to each input chunk (e.g. uint8 -> normalized float), so a large test set
+    is never materialized in float all at once.
+    """
     n = sim.n
     correct = torch.zeros(n, device=sim.device)
     loss_sum = torch.zeros(n, device=sim.device)
@@ -42,6 +47,8 @@ def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int =
     module.eval()
     for s in range(0, len(x), batch_size):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
+        if transform is not None:
+            xb = transform(xb)
         logits = sim.executor.logits(xb)  # (n, B, C)
         correct += (logits.argmax(-1) == yb).sum(1)
         loss_sum += torch.nn.functional.cross_entropy(

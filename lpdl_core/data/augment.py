@@ -1,0 +1,182 @@
+"""Batched, on-device image augmentation over (node-stacked) uint8 batches.
+
+Plain tensor ops (no per-image Python loops, no vmap); CPU and CUDA. All randomness comes from an
+explicit `torch.Generator` (sampled on its device and moved to the data's device); without one the
+default generator of the data's device is used. Inputs may carry leading dims (n, B, C, H, W):
+they are flattened, transformed and restored.
+
+Float images are in [0, 1] (ToTensor convention); uint8 images in [0, 255].
+Semantics follow the official code's torchvision pipelines (official-code.md section 7):
+  crop-flip: RandomHorizontalFlip + RandomCrop(32, padding=4) (zero padding)
+  rrc-flip:  RandomResizedCrop(size) (default scale/ratio) + RandomHorizontalFlip, resized with
+             antialiased bilinear (as PIL / torchvision antialias=True), computed in float
+             without the intermediate rounding to uint8 that the PIL pipeline does
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .base import DataSplit
+
+
+def _flat(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
+    if x.dim() < 3:
+        raise ValueError(f"expected images (..., C, H, W), got shape {tuple(x.shape)}")
+    return x.reshape(-1, *x.shape[-3:]), tuple(x.shape[:-3])
+
+
+def _rand(shape, generator, device, kind="rand", high=None) -> torch.Tensor:
+    dev = generator.device if generator is not None else device
+    if kind == "rand":
+        t = torch.rand(shape, generator=generator, device=dev)
+    else:
+        t = torch.randint(0, high, shape, generator=generator, device=dev)
+    return t.to(device)
+
+
+def normalize(x: torch.Tensor, mean, std) -> torch.Tensor:
+    """(x - mean) / std per channel (dim -3) in float32; uint8 input is first divided by 255."""
+    xf = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+    m = torch.as_tensor(mean, dtype=torch.float32, device=x.device).view(-1, 1, 1)
+    s = torch.as_tensor(std, dtype=torch.float32, device=x.device).view(-1, 1, 1)
+    return (xf - m) / s
+
+
+def _crop_flip_params(n: int, padding: int, flip_p: float, generator, device):
+    """Per-image (top, left) offsets into the padded image and flip flags."""
+    off = _rand((2, n), generator, device, "randint", 2 * padding + 1)
+    flip = _rand((n,), generator, device) < flip_p
+    return off[0], off[1], flip
+
+
+def random_crop_flip(x: torch.Tensor, padding: int = 4, generator: torch.Generator | None = None,
+                     flip_p: float = 0.5) -> torch.Tensor:
+    """Zero-pad by `padding`, crop back to H x W at an independent random offset per image, then
+    flip horizontally with probability flip_p. Same dtype and shape as x."""
+    xf, lead = _flat(x)
+    n, c, h, w = xf.shape
+    top, left, flip = _crop_flip_params(n, padding, flip_p, generator, x.device)
+    xp = F.pad(xf, (padding, padding, padding, padding))
+    rows = top[:, None] + torch.arange(h, device=x.device)  # (n, h)
+    cols = left[:, None] + torch.arange(w, device=x.device)  # (n, w)
+    cols = torch.where(flip[:, None], cols.flip(-1), cols)
+    idx = torch.arange(n, device=x.device)[:, None, None]
+    out = xp[idx, :, rows[:, :, None], cols[:, None, :]]  # (n, h, w, c): advanced dims first
+    return out.permute(0, 3, 1, 2).contiguous().reshape(*lead, c, h, w)
+
+
+def _rrc_params(n: int, height: int, width: int, scale, ratio, generator, device):
+    """torchvision RandomResizedCrop.get_params for n images at once: (top, left, h, w) int64.
+    Ten attempts per image are drawn together; the first valid one is taken, else the center
+    crop fallback of torchvision."""
+    area = height * width
+    u = _rand((3, n, 10), generator, device)
+    target = area * (scale[0] + (scale[1] - scale[0]) * u[0])
+    lr = (math.log(ratio[0]), math.log(ratio[1]))
+    ar = torch.exp(lr[0] + (lr[1] - lr[0]) * u[1])
+    cw = torch.round(torch.sqrt(target * ar)).long()
+    ch = torch.round(torch.sqrt(target / ar)).long()
+    ok = (cw > 0) & (cw <= width) & (ch > 0) & (ch <= height)
+    first = ok.long().argmax(dim=1, keepdim=True)  # first valid attempt (0 if none)
+    any_ok = ok.any(dim=1)
+    cw, ch = cw.gather(1, first)[:, 0], ch.gather(1, first)[:, 0]
+    # fallback: central crop, aspect ratio clamped into `ratio` (torchvision semantics)
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        fw, fh = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        fw, fh = int(round(height * max(ratio))), height
+    else:
+        fw, fh = width, height
+    cw = torch.where(any_ok, cw, torch.full_like(cw, fw))
+    ch = torch.where(any_ok, ch, torch.full_like(ch, fh))
+    uo = _rand((2, n), generator, device)
+    top = torch.floor(uo[0] * (height - ch + 1).float()).long().clamp(max=height - ch)
+    left = torch.floor(uo[1] * (width - cw + 1).float()).long().clamp(max=width - cw)
+    top = torch.where(any_ok, top, (height - ch) // 2)
+    left = torch.where(any_ok, left, (width - cw) // 2)
+    return top, left, ch, cw
+
+
+def _aa_weights(in_size: int, start: torch.Tensor, length: torch.Tensor, out_size: int) -> torch.Tensor:
+    """(n, out_size, in_size) resampling matrices for the 1-D boxes [start, start + length):
+    bilinear (triangle) filter widened by the scale factor when downsampling, renormalized at the
+    box edges -- the same weights as PyTorch's / PIL's antialiased bilinear resize of the crop
+    (align_corners=False); for upsampling that is plain bilinear with edge clamping."""
+    dev = start.device
+    scale = length.float() / out_size  # (n,)
+    support = scale.clamp(min=1.0)
+    center = (torch.arange(out_size, device=dev, dtype=torch.float32) + 0.5) * scale[:, None]  # (n, out)
+    j = torch.arange(in_size, device=dev)[None, :] - start[:, None]  # (n, in) box coordinates
+    d = (j[:, None, :].float() + 0.5 - center[:, :, None]) / support[:, None, None]
+    w = (1.0 - d.abs()).clamp(min=0.0) * ((j >= 0) & (j < length[:, None]))[:, None, :]
+    return (w / w.sum(-1, keepdim=True).clamp(min=1e-12))
+
+
+def _resize_boxes(xf: torch.Tensor, top, left, ch, cw, size: int) -> torch.Tensor:
+    """Resize box (top, left, ch, cw) of each image to size x size: separable antialiased bilinear
+    as two batched matmuls (float in, float out). Equals cropping then torchvision's
+    resize(antialias=True) up to float rounding."""
+    n, c, h, w = xf.shape
+    wy = _aa_weights(h, top, ch, size)  # (n, size, h)
+    wx = _aa_weights(w, left, cw, size)  # (n, size, w)
+    return wy[:, None] @ xf @ wx.transpose(1, 2)[:, None]
+
+
+def random_resized_crop_flip(x: torch.Tensor, size: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                             generator: torch.Generator | None = None, flip_p: float = 0.5) -> torch.Tensor:
+    """RandomResizedCrop(size, scale, ratio) + horizontal flip (p=flip_p), batched.
+    uint8 (..., C, H, W) -> float32 (..., C, size, size) in [0, 1]."""
+    xf, lead = _flat(x)
+    n, c, h, w = xf.shape
+    top, left, ch, cw = _rrc_params(n, h, w, scale, ratio, generator, x.device)
+    flip = _rand((n,), generator, x.device) < flip_p
+    src = xf.float() / 255.0 if x.dtype == torch.uint8 else xf.float()
+    out = _resize_boxes(src, top, left, ch, cw, size)
+    out = torch.where(flip[:, None, None, None], out.flip(-1), out)
+    return out.reshape(*lead, c, size, size)
+
+
+def center_crop(x: torch.Tensor, size: int) -> torch.Tensor:
+    """torchvision CenterCrop(size) (no padding: the image must be at least size x size)."""
+    h, w = x.shape[-2:]
+    if h < size or w < size:
+        raise ValueError(f"center_crop: image {h}x{w} smaller than {size}")
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return x[..., top:top + size, left:left + size]
+
+
+def resize_shorter(x: torch.Tensor, size: int) -> torch.Tensor:
+    """torchvision Resize(size) on tensors: shorter side -> size, bilinear, antialias=True.
+    uint8 in -> uint8 out (rounded), float in -> float out."""
+    xf, lead = _flat(x)
+    h, w = xf.shape[-2:]
+    if h <= w:
+        oh, ow = size, int(size * w / h)
+    else:
+        oh, ow = int(size * h / w), size
+    if (oh, ow) == (h, w):
+        return x.clone()
+    out = F.interpolate(xf.float(), size=(oh, ow), mode="bilinear", align_corners=False, antialias=True)
+    if x.dtype == torch.uint8:
+        out = out.round_().clamp_(0, 255).to(torch.uint8)
+    return out.reshape(*lead, *out.shape[-3:])
+
+
+def augment_batch(x: torch.Tensor, split: DataSplit, train: bool,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """Training: split.augment ('crop-flip' | 'rrc-flip' | 'none') then normalize. Test: normalize
+    only (test-time resize/center-crop is done by the loaders, so test batches are already
+    image_size). Returns float32 of x's leading shape. Text (token ids) passes through unchanged."""
+    if split.kind == "text":
+        return x
+    if train and split.augment == "crop-flip":
+        x = random_crop_flip(x, padding=4, generator=generator)
+    elif train and split.augment == "rrc-flip":
+        x = random_resized_crop_flip(x, size=split.image_size or 224, generator=generator)
+    elif train and split.augment != "none":
+        raise ValueError(f"unknown augment {split.augment!r}")
+    return normalize(x, split.mean, split.std)

@@ -1,0 +1,272 @@
+"""Imagenette (fastai `imagenette2`, full-size JPEGs): 10 easy ImageNet classes, 9,469 train /
+3,925 val images — the paper's Imagenette runs (VGG-11 / ResNet-18 at 224 px).
+
+Layout under the data root (see `base.data_root`)::
+
+    <root>/imagenette2.tgz                       # the fastai archive (optional once extracted)
+    <root>/imagenette2/{train,val}/<wnid>/*.JPEG  # what the loader reads
+    <root>/imagenette2.lpdl-cache.train256.val224.pt   # decoded uint8 tensors (written by us)
+
+Labels follow torchvision's ImageFolder: class folders in sorted-wnid order -> 0..9, files in
+sorted name order within a class (the official code reads the data with ImageFolder).
+
+Transforms (official code, see reference section 7):
+  train: Resize(256) -> RandomResizedCrop(224) -> flip -> ImageNet normalization;
+  test:  Resize(256) -> CenterCrop(224) -> ImageNet normalization.
+
+To keep the whole dataset resident on the training device as uint8, this loader applies the
+deterministic parts at load time:
+  * images are decoded with PIL and resized with torchvision on the PIL image, exactly like the
+    official ImageFolder + transforms pipeline;
+  * val images get the exact official test transform, Resize(256) (shorter side, bilinear) ->
+    CenterCrop(224), stored as (3925, 3, 224, 224) uint8;
+  * train images get Resize(256) -> **CenterCrop(256)**, stored as (9469, 3, 256, 256) uint8;
+    the random part, RandomResizedCrop(224) + horizontal flip, runs batched on the device
+    (augment="rrc-flip"). Deviation: the official RandomResizedCrop samples its crop boxes from
+    the whole Resize(256) image (e.g. 341x256 for a 4:3 photo); we sample them from its central
+    256x256 square, so the two outer strips of non-square photos (for 4:3, 42 px at each end of
+    the 341 px long side, 1/4 of the image) are never seen in training and the RandomResizedCrop
+    area scale (0.08-1) is relative to the square. Ratio range and flip are unchanged.
+
+Decoding ~13.4k JPEGs takes a minute or two, so the decoded tensors are cached in a .pt file
+next to the extracted folder, keyed by the sizes and a fingerprint of the file listing, written
+atomically and read back with `torch.load(weights_only=True)`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from .base import ChecksumError, DataSplit, DatasetMissing, data_root
+
+URL = "https://s3.amazonaws.com/fast-ai-imageclas/imagenette2.tgz"
+MD5 = "fe2fc210e6bb7c5664d602c3cd71e612"
+ARCHIVE_NAME = "imagenette2.tgz"
+FOLDER_NAME = "imagenette2"
+CACHE_VERSION = 1
+
+WNIDS = ("n01440764", "n02102040", "n02979186", "n03000684", "n03028079",
+         "n03394916", "n03417042", "n03425413", "n03445777", "n03888605")
+CLASS_NAMES = ("tench", "English springer", "cassette player", "chain saw", "church",
+               "French horn", "garbage truck", "gas pump", "golf ball", "parachute")
+# imagenette2 train split, sorted-wnid order (the official code's hard-coded class_size).
+OFFICIAL_TRAIN_SIZES = (963, 955, 993, 858, 941, 956, 961, 931, 951, 960)
+OFFICIAL_VAL_SIZE = 3925
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_SIZE = 224          # what the model sees (RandomResizedCrop / CenterCrop output)
+TEST_RESIZE = 256         # official Resize(256) before CenterCrop(224)
+
+# torchvision's ImageFolder IMG_EXTENSIONS (case-insensitive)
+_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+Progress = Callable[[str, int, int], None]  # (split, done, total)
+
+
+def _missing_hint(root: Path) -> str:
+    return (f"put {ARCHIVE_NAME} (md5 {MD5}) at {root / ARCHIVE_NAME} or the extracted folder "
+            f"at {root / FOLDER_NAME}/{{train,val}}")
+
+
+def _is_extracted(folder: Path) -> bool:
+    return (folder / "train").is_dir() and (folder / "val").is_dir()
+
+
+def ensure_extracted(root: Path, download: bool = True) -> Path:
+    """Return <root>/imagenette2, extracting <root>/imagenette2.tgz (md5-checked) or downloading
+    it first if needed. Raises DatasetMissing (offline / not allowed) or ChecksumError."""
+    from .download import extract_tar, fetch, md5sum
+
+    folder = root / FOLDER_NAME
+    if _is_extracted(folder):
+        return folder
+    if folder.exists():
+        raise DatasetMissing(f"{folder} exists but lacks train/ and val/ (interrupted extraction?); "
+                             f"remove it, then {_missing_hint(root)}")
+    archive = root / ARCHIVE_NAME
+    if archive.is_file():
+        got = md5sum(archive)
+        if got != MD5:
+            raise ChecksumError(f"{archive} has md5 {got}, expected {MD5} (imagenette2 full-size "
+                                f"archive from {URL}); replace it: {_missing_hint(root)}")
+    elif download:
+        try:
+            fetch(URL, archive, md5=MD5, what="Imagenette (imagenette2.tgz, 1.5 GB)",
+                  fix_hint=_missing_hint(root))
+        except DatasetMissing as e:
+            why = e.__cause__ if e.__cause__ is not None else e
+            raise DatasetMissing(f"Imagenette not found under {root} and the download failed "
+                                 f"({type(why).__name__}: {why}); {_missing_hint(root)}") from e
+    else:
+        raise DatasetMissing(f"Imagenette not found (download disabled); {_missing_hint(root)}")
+    extract_tar(archive, root)
+    if not _is_extracted(folder):
+        raise DatasetMissing(f"{archive} did not contain {FOLDER_NAME}/{{train,val}}; "
+                             f"{_missing_hint(root)}")
+    return folder
+
+
+def list_split(split_dir: Path) -> tuple[list[Path], list[int]]:
+    """ImageFolder ordering: sorted class folders (must be the 10 imagenette wnids) -> labels,
+    files sorted by name within each class."""
+    classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir())
+    if tuple(classes) != WNIDS:
+        raise ValueError(f"{split_dir}: class folders {classes} are not the 10 imagenette2 wnids "
+                         f"{list(WNIDS)}")
+    paths: list[Path] = []
+    labels: list[int] = []
+    for label, wnid in enumerate(classes):
+        files = sorted(e.name for e in os.scandir(split_dir / wnid)
+                       if e.is_file() and e.name.lower().endswith(_EXTENSIONS))
+        paths += [split_dir / wnid / f for f in files]
+        labels += [label] * len(files)
+    return paths, labels
+
+
+def _fingerprint(paths: list[Path], base: Path) -> str:
+    h = hashlib.sha1()
+    for p in paths:
+        h.update(f"{p.relative_to(base).as_posix()}:{p.stat().st_size}\n".encode())
+    return h.hexdigest()
+
+
+def _decode(path: Path):
+    """Decode one image exactly as torchvision's ImageFolder default loader does:
+    PIL `Image.open(path).convert("RGB")` (grey and CMYK JPEGs become RGB)."""
+    from PIL import Image
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def resize_center_crop(img, resize: int, crop: int) -> torch.Tensor:
+    """torchvision Resize(resize) (shorter side, bilinear with antialias — PIL's resampling on a
+    PIL image, as in the official pipeline) then CenterCrop(crop); returns uint8 (3, crop, crop).
+    Accepts a PIL image or a uint8 (3, H, W) tensor."""
+    from torchvision.transforms.v2 import functional as F
+    img = F.resize(img, [resize], interpolation=F.InterpolationMode.BILINEAR, antialias=True)
+    img = F.center_crop(img, [crop, crop])
+    return img if isinstance(img, torch.Tensor) else F.pil_to_tensor(img)
+
+
+def _decode_all(paths: list[Path], resize: int, crop: int, split: str,
+                progress: Progress | None, workers: int) -> torch.Tensor:
+    out = torch.empty((len(paths), 3, crop, crop), dtype=torch.uint8)
+
+    def work(i: int) -> int:
+        out[i] = resize_center_crop(_decode(paths[i]), resize, crop)
+        return i
+
+    if progress is not None:
+        progress(split, 0, len(paths))
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for done, _ in enumerate(pool.map(work, range(len(paths))), 1):
+            if progress is not None and (done % 256 == 0 or done == len(paths)):
+                progress(split, done, len(paths))
+    return out
+
+
+def cache_path(root: Path, train_size: int) -> Path:
+    return root / f"{FOLDER_NAME}.lpdl-cache.train{train_size}.val{TEST_RESIZE}-{IMAGE_SIZE}.pt"
+
+
+def _load_cache(path: Path, fingerprint: str) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # unreadable / truncated / foreign file: rebuild it
+        return None
+    if not isinstance(d, dict) or d.get("version") != CACHE_VERSION or d.get("fingerprint") != fingerprint:
+        return None
+    return d
+
+
+def _save_cache(path: Path, d: dict) -> str | None:
+    """Atomic write (temp file in the same folder + os.replace). Returns an error note or None."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            torch.save(d, f)
+        os.replace(tmp, path)
+        return None
+    except OSError as e:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return f"could not write cache {path}: {e}"
+
+
+def load_imagenette(root: str | os.PathLike | None = None, download: bool = True, *,
+                    train_size: int = 256, progress: Progress | None = None,
+                    workers: int | None = None, use_cache: bool = True) -> DataSplit:
+    """Load imagenette2 as device-ready uint8 tensors.
+
+    Returns a DataSplit with x_train (9469, 3, train_size, train_size) uint8 (Resize(train_size)
+    + CenterCrop(train_size); augment="rrc-flip" to 224 at train time), x_test (3925, 3, 224, 224)
+    uint8 (exact official Resize(256) + CenterCrop(224)), labels in sorted-wnid order, ImageNet
+    mean/std. The extracted folder is found (or made from the md5-checked archive, or downloaded
+    when `download` and online) under `data_root(root)`; otherwise DatasetMissing says what to put
+    where. `progress(split, done, total)` is called while decoding (nothing is printed).
+    """
+    if train_size < 1:
+        raise ValueError(f"train_size must be positive, got {train_size}")
+    base = data_root(root)
+    folder = ensure_extracted(base, download)
+    tr_paths, tr_labels = list_split(folder / "train")
+    te_paths, te_labels = list_split(folder / "val")
+    fp = _fingerprint(tr_paths + te_paths, folder)
+    cpath = cache_path(base, train_size)
+    notes: list[str] = []
+
+    d = _load_cache(cpath, fp) if use_cache else None
+    from_cache = d is not None
+    if d is None:
+        w = workers if workers is not None else min(8, os.cpu_count() or 1)
+        d = {
+            "version": CACHE_VERSION, "fingerprint": fp,
+            "x_train": _decode_all(tr_paths, train_size, train_size, "train", progress, w),
+            "y_train": torch.tensor(tr_labels, dtype=torch.int64),
+            "x_test": _decode_all(te_paths, TEST_RESIZE, IMAGE_SIZE, "val", progress, w),
+            "y_test": torch.tensor(te_labels, dtype=torch.int64),
+        }
+        if use_cache:
+            err = _save_cache(cpath, d)
+            if err:
+                notes.append(err)
+
+    counts = tuple(torch.bincount(d["y_train"], minlength=10).tolist())
+    warnings: list[str] = []
+    if counts != OFFICIAL_TRAIN_SIZES:
+        warnings.append(f"WARNING: train class sizes {list(counts)} differ from the official "
+                        f"imagenette2 sizes {list(OFFICIAL_TRAIN_SIZES)} (sum 9,469); the skewed "
+                        f"partition uses the official sizes, so results are not comparable")
+    if len(d["y_test"]) != OFFICIAL_VAL_SIZE:
+        warnings.append(f"WARNING: val has {len(d['y_test'])} images, official imagenette2 val "
+                        f"has {OFFICIAL_VAL_SIZE}")
+
+    desc = (f"Imagenette (fastai imagenette2, full size) from {folder}: {len(d['y_train']):,} train / "
+            f"{len(d['y_test']):,} val images, 10 classes in sorted-wnid order. Train stored as "
+            f"Resize({train_size})+CenterCrop({train_size}) uint8, augmented on device with "
+            f"RandomResizedCrop({IMAGE_SIZE})+flip sampled from that central square (official: from "
+            f"the whole Resize(256) image — small deviation). Val: exact official "
+            f"Resize({TEST_RESIZE})+CenterCrop({IMAGE_SIZE}). ImageNet mean/std normalization.")
+    if warnings or notes:
+        desc += " " + " ".join(warnings + notes)
+    return DataSplit(
+        name="imagenette", kind="image", num_classes=10,
+        x_train=d["x_train"], y_train=d["y_train"], x_test=d["x_test"], y_test=d["y_test"],
+        standin_for=None, description=desc, class_names=CLASS_NAMES,
+        mean=IMAGENET_MEAN, std=IMAGENET_STD, augment="rrc-flip", image_size=IMAGE_SIZE,
+        extras={"wnids": WNIDS, "folder": str(folder), "cache": str(cpath), "from_cache": from_cache,
+                "train_stored_size": train_size, "warnings": tuple(warnings + notes)},
+    )

@@ -1,0 +1,66 @@
+"""Run artifacts on disk: every write is atomic (temp file in the same folder, then os.replace), so
+a killed job never leaves a half-written metrics file that a rerun would trust."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import numpy as np
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path, obj) -> Path:
+    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+
+
+def write_rows(path, rows: Iterable[Mapping]) -> Path:
+    """CSV with the union of keys (in first-seen order) as header."""
+    rows = list(rows)
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return write_atomic(path, buf.getvalue())
+
+
+def partition_rows(hist: np.ndarray, class_names: tuple[str, ...] = ()) -> list[dict]:
+    """Per-node class histogram as CSV rows: node, one column per class, total."""
+    names = list(class_names) if len(class_names) == hist.shape[1] else [f"c{c}" for c in range(hist.shape[1])]
+    return [{"node": i, **{n: int(v) for n, v in zip(names, row)}, "total": int(row.sum())}
+            for i, row in enumerate(hist)]
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if hasattr(o, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
