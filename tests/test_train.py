@@ -70,3 +70,20 @@ def test_real_format_cifar_fixture_trains(tmp_path):
                 optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"),
                 run=RunCfg(epochs=1, batch_size=4, lr=0.01, skew=0.0))
     assert res.status == "ok" and res.partition.sum() == 40
+
+
+@pytest.mark.parametrize("precision", ["fp", "lp"])
+def test_text_standin_trains_tiny_distilbert(precision):
+    """Sentlen stand-in (token ids from the offline MiniLM tokenizer) through a tiny DistilBERT."""
+    from lpdl_core.models.transformer import SequenceClassifier, distilbert_classifier, tiny_distilbert_config
+
+    split = subset(load_dataset("sentlen-standin"), n_train=96, n_test=48)
+    assert split.kind == "text" and split.x_train.dtype == torch.int64 and split.num_classes == 6
+    make = lambda: SequenceClassifier(distilbert_classifier(  # noqa: E731
+        6, precision=precision, pretrained=None,
+        config_overrides=tiny_distilbert_config(vocab_size=30522, num_labels=6)), pad_token_id=split.pad_id)
+    res = train(make, split, topology=Topology(name="ring", n=3), gossip=GossipCfg(),
+                optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"),
+                run=RunCfg(epochs=1, batch_size=8, lr=0.01, skew=0.5))
+    assert res.status == "ok" and res.partition.shape == (3, 6)
+    assert 0.0 <= res.final["mean_acc"] <= 100.0
