@@ -64,3 +64,37 @@ def _jsonable(o):
         from dataclasses import asdict
         return asdict(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def provenance() -> dict:
+    """Git SHA (and dirty flag), versions and devices, stored with every run."""
+    import platform
+    import subprocess
+
+    import torch
+
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                                  cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_sha": git("rev-parse", "HEAD"), "git_dirty": bool(status) if status is not None else None,
+            "python": platform.python_version(), "torch": torch.__version__,
+            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+            "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()}
+
+
+def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names: tuple[str, ...] = ()) -> Path:
+    """Write a finished run: curve.csv (per epoch), partition.csv (per-node class histogram) and,
+    last, metrics.json (its presence marks the run complete)."""
+    out = Path(out_dir)
+    write_rows(out / "curve.csv", result.curve)
+    write_rows(out / "partition.csv", partition_rows(result.partition, class_names))
+    metrics = {"status": result.status, "epochs_done": result.epochs_done, "diverged_at": result.diverged_at,
+               "final": result.final, "bytes_per_node": result.bytes_per_node,
+               "wall_time_s": result.wall_time_s, "executor": result.executor, "device": result.device,
+               "config": dict(config), "provenance": provenance()}
+    return write_json(out / "metrics.json", metrics)

@@ -87,3 +87,21 @@ def test_text_standin_trains_tiny_distilbert(precision):
                 run=RunCfg(epochs=1, batch_size=8, lr=0.01, skew=0.5))
     assert res.status == "ok" and res.partition.shape == (3, 6)
     assert 0.0 <= res.final["mean_acc"] <= 100.0
+
+
+def test_save_run_writes_partition_with_the_run(tmp_path):
+    import json
+
+    from lpdl_core.results import save_run
+
+    split = subset(load_dataset("digits"), n_train=64, n_test=32)
+    res = train(small_cnn, split, topology=Topology(name="directed-ring", n=2), gossip=GossipCfg(),
+                optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"),
+                run=RunCfg(epochs=1, batch_size=8, lr=0.01, skew=0.8))
+    save_run(res, tmp_path / "run", config={"dataset": "digits", "skew": 0.8}, class_names=split.class_names)
+    m = json.loads((tmp_path / "run/metrics.json").read_text())
+    assert m["status"] == "ok" and m["config"]["skew"] == 0.8 and m["provenance"]["torch"]
+    lines = (tmp_path / "run/partition.csv").read_text().splitlines()
+    assert len(lines) == 3 and lines[0].startswith("node,") and lines[0].endswith(",total")
+    assert sum(int(l.split(",")[-1]) for l in lines[1:]) == int(res.partition.sum())
+    assert len((tmp_path / "run/curve.csv").read_text().splitlines()) == 2
