@@ -4,7 +4,9 @@ Returns plain data; the caller decides what to print or write."""
 from __future__ import annotations
 
 import math
+import os
 import time
+from pathlib import Path
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Literal
 
@@ -70,11 +72,28 @@ class RunResult:
     diverged_at: dict | None = None
 
 
+def _save_checkpoint(path: Path, state: dict) -> None:
+    """Atomic: a kill -9 mid-write leaves the previous checkpoint intact."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
           gossip: GossipCfg, optim_cfg: OptimCfg, engine: EngineCfg, run: RunCfg,
-          progress: Callable[[dict], None] | None = None) -> RunResult:
+          progress: Callable[[dict], None] | None = None,
+          checkpoint: str | os.PathLike | None = None) -> RunResult:
     """Train n nodes on `split`. The whole dataset moves to the training device once (images as
-    uint8); each step augments and normalizes the node-stacked batch there."""
+    uint8); each step augments and normalizes the node-stacked batch there.
+
+    checkpoint: a file written after every epoch (atomically) with all state, every RNG
+    included; if it exists when train() starts, training resumes after its epoch, so on CPU a
+    resumed run ends with exactly the metrics of an uninterrupted one.
+    """
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
     parts = skew_partition(labels, topology.n, run.skew, seed=run.partition_seed)
@@ -101,7 +120,23 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     curve: list[dict] = []
     status, diverged_at = "ok", None
-    for epoch in range(run.epochs):
+    start_epoch, elapsed_before = 0, 0.0
+    # What the checkpoint must match: the same run of the same cell (frozen dataclass reprs are stable).
+    fingerprint = repr((split.name, len(split.x_train), topology, gossip, optim_cfg, run, sim.layout.d))
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    if ckpt is not None and ckpt.exists():
+        ck = torch.load(ckpt, map_location="cpu", weights_only=True)
+        if ck["fingerprint"] != fingerprint:
+            raise ValueError(f"checkpoint {ckpt} belongs to a different configuration; delete it to start over")
+        sim.load_state_dict(ck["sim"])
+        torch.set_rng_state(ck["torch_rng"])
+        if dev.type == "cuda" and ck.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(ck["cuda_rng"], dev)
+        aug_gen.set_state(ck["aug_gen"])
+        curve, start_epoch, elapsed_before = list(ck["curve"]), int(ck["epoch"]) + 1, float(ck["elapsed"])
+        if progress is not None:
+            progress({"event": "resumed", "epoch": start_epoch, "epochs": run.epochs})
+    for epoch in range(start_epoch, run.epochs):
         lr = lr_at(epoch, run.lr, run.schedule)
         loss_sum = torch.zeros(topology.n, device=dev)
         for it, idx in enumerate(sampler.epoch(epoch)):
@@ -122,6 +157,12 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
                "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
                "bytes_per_node": float(sim.bytes_sent.mean())}
         curve.append(row)
+        if ckpt is not None:
+            _save_checkpoint(ckpt, {
+                "fingerprint": fingerprint, "epoch": epoch, "curve": curve, "sim": sim.state_dict(),
+                "torch_rng": torch.get_rng_state(), "aug_gen": aug_gen.get_state(),
+                "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+                "elapsed": elapsed_before + time.perf_counter() - t0})
         if progress is not None:
             progress({"event": "epoch", **row, "epochs": run.epochs})
     for _ in range(run.final_gossip_rounds if status == "ok" else 0):
@@ -131,5 +172,5 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,
                      bytes_per_node=float(sim.bytes_sent.mean()), partition=hist,
-                     wall_time_s=time.perf_counter() - t0, executor=sim.executor.name,
+                     wall_time_s=elapsed_before + time.perf_counter() - t0, executor=sim.executor.name,
                      device=str(dev), diverged_at=diverged_at)

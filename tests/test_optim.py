@@ -137,12 +137,14 @@ def test_qgm_correct_noop_at_zero_lr():
 # --- validation -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs", [
-    {"momentum": "adam"},
+    {"momentum": "adamw"},
     {"momentum": "Nesterov"},
     {"beta": 1.0},
     {"beta": -0.1},
     {"beta": 1.5},
     {"weight_decay": -1e-4},
+    {"momentum": "adam", "beta2": 1.0},
+    {"eps": 0.0},
 ])
 def test_optim_cfg_rejects(kwargs):
     with pytest.raises(ValueError):
@@ -155,3 +157,26 @@ def test_optim_cfg_defaults_and_keyword_only():
     OptimCfg(momentum="qgm", beta=0.0, weight_decay=0.0)
     with pytest.raises(TypeError):
         OptimCfg("nesterov")  # kw_only
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_adam_matches_torch_optim_adam(dtype, tol):
+    """The paper's NLP optimizer: Adam(lr, betas=(0.9, 0.9), weight_decay=1e-4) (L2, not AdamW)."""
+    from lpdl_core.optim import OptimCfg, init, local_step
+
+    torch.manual_seed(3)
+    x0 = torch.randn(1, 17, dtype=dtype)
+    cfg = OptimCfg(momentum="adam", beta=0.9, beta2=0.9, weight_decay=1e-4)
+    p = torch.nn.Parameter(x0[0].clone())
+    ref = torch.optim.Adam([p], lr=3e-3, betas=(0.9, 0.9), weight_decay=1e-4)
+    x, st = x0.clone(), init(x0, cfg)
+    for k in range(25):
+        g = torch.randn(17, dtype=dtype)
+        lr = 3e-3 * (0.5 if k > 12 else 1.0)
+        for group in ref.param_groups:
+            group["lr"] = lr
+        p.grad = g.clone()
+        ref.step()
+        x, st = local_step(x, g[None], st, lr, cfg)
+    assert st.step == 25
+    torch.testing.assert_close(x[0], p.detach(), atol=tol, rtol=tol)

@@ -105,3 +105,34 @@ def test_save_run_writes_partition_with_the_run(tmp_path):
     assert len(lines) == 3 and lines[0].startswith("node,") and lines[0].endswith(",total")
     assert sum(int(l.split(",")[-1]) for l in lines[1:]) == int(res.partition.sum())
     assert len((tmp_path / "run/curve.csv").read_text().splitlines()) == 2
+
+
+def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_path):
+    """Kill after epoch 1 (simulated by a progress callback raising), rerun: identical metrics."""
+    split = subset(load_dataset("digits"), n_train=96, n_test=32)
+    kw = dict(topology=Topology(name="directed-ring", n=2),
+              gossip=GossipCfg(algorithm="ds", eta=0.5, compressor=CompressorCfg(kind="randomk", ratio=0.5)),
+              optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"),
+              run=RunCfg(epochs=3, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=2))
+    full = train(small_cnn, split, **kw)
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_epoch_1(ev):
+        if ev["event"] == "epoch" and ev["epoch"] == 1:
+            raise Killed
+
+    ck = tmp_path / "ck.pt"
+    with pytest.raises(Killed):
+        train(small_cnn, split, **kw, checkpoint=ck, progress=kill_after_epoch_1)
+    assert ck.exists() and not list(tmp_path.glob(".*tmp"))
+    events = []
+    resumed = train(small_cnn, split, **kw, checkpoint=ck, progress=events.append)
+    assert events[0] == {"event": "resumed", "epoch": 2, "epochs": 3}
+    assert resumed.final == full.final and resumed.curve == full.curve
+    assert resumed.bytes_per_node == full.bytes_per_node
+
+    other = dict(kw, run=RunCfg(epochs=3, batch_size=16, lr=0.1, skew=0.8))
+    with pytest.raises(ValueError, match="different configuration"):
+        train(small_cnn, split, **other, checkpoint=ck)

@@ -68,6 +68,12 @@ class LoopExecutor:
         per_node = [dict(m.named_buffers()) for m in self.models]
         return {k: torch.stack([b[k] for b in per_node]) for k in per_node[0]}
 
+    @torch.no_grad()
+    def load_buffers(self, stacked: dict[str, torch.Tensor]) -> None:
+        for i, m in enumerate(self.models):
+            for k, b in m.named_buffers():
+                b.copy_(stacked[k][i])
+
 
 class BatchedExecutor:
     name: Literal["batched"] = "batched"
@@ -112,6 +118,11 @@ class BatchedExecutor:
 
     def stacked_buffers(self) -> dict[str, torch.Tensor]:
         return dict(self.buffers)
+
+    @torch.no_grad()
+    def load_buffers(self, stacked: dict[str, torch.Tensor]) -> None:
+        for k, b in self.buffers.items():
+            b.copy_(stacked[k])
 
 
 def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn):

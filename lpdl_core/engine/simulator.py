@@ -76,7 +76,7 @@ class Simulator:
         self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn)
         self.algorithm = algorithms.get(gossip.algorithm)
         self.algo_state = self.algorithm.init(self.x, topology=topology, cfg=gossip)
-        self.opt_state = optim.init(self.x)
+        self.opt_state = optim.init(self.x, optim_cfg)
         self.generator = torch.Generator(device=self.device).manual_seed(engine.seed + 1)
         self.t = 0  # gossip rounds done
         self.bytes_sent = torch.zeros(n, dtype=torch.float64, device=self.device)
@@ -110,6 +110,33 @@ class Simulator:
         self.x, self.u, self.algo_state = r.x, r.u, r.state
         self.bytes_sent += r.sent.to(torch.float64) * self.message_bytes
         self.t += 1
+        self.z.copy_(self.x / self.u[:, None])
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit-exactly: node state, optimizer and algorithm state,
+        per-node buffers, round counter, bytes sent and the compressor RNG. Plain tensors, dicts
+        and numbers only, so torch.load(weights_only=True) can read it."""
+        algo = {k: v for k, v in self.algo_state._asdict().items()}
+        return {"x": self.x, "u": self.u, "opt_buf": self.opt_state.buf, "opt_buf2": self.opt_state.buf2,
+                "opt_step": self.opt_state.step, "algo": algo, "t": self.t,
+                "bytes_sent": self.bytes_sent, "buffers": self.executor.stacked_buffers(),
+                "generator": self.generator.get_state(), "layout_d": self.layout.d,
+                "algorithm": self.gossip_cfg.algorithm}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd["layout_d"] != self.layout.d or sd["algorithm"] != self.gossip_cfg.algorithm:
+            raise ValueError("checkpoint was written by a different model or algorithm")
+        dev = self.device
+        self.x, self.u = sd["x"].to(dev), sd["u"].to(dev)
+        buf2 = sd.get("opt_buf2")
+        self.opt_state = optim.OptimState(buf=sd["opt_buf"].to(dev), step=int(sd.get("opt_step", 0)),
+                                          buf2=buf2.to(dev) if buf2 is not None else None)
+        fields = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in sd["algo"].items()}
+        self.algo_state = type(self.algo_state)(**fields)
+        self.t = int(sd["t"])
+        self.bytes_sent = sd["bytes_sent"].to(dev)
+        self.executor.load_buffers({k: v.to(dev) for k, v in sd["buffers"].items()})
+        self.generator.set_state(sd["generator"])
         self.z.copy_(self.x / self.u[:, None])
 
     @property
