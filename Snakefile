@@ -1,11 +1,15 @@
-# lpdl workflow entry point. The full paper grid (one train job per table cell, aggregation,
-# report) is built in workflow/rules/; until it lands, the default target runs the core demo.
+# lpdl: every cell of the paper's tables and figures as a DAG node (workflow/rules/), aggregated
+# into results/{profile}/tables/*.csv. Default: the mini profile (config/config.yaml).
 configfile: "config/config.yaml"
 
 
+include: "workflow/rules/common.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/demo.smk"
 
 
 rule all:
     input:
-        "results/demo/table.txt",
+        expand("results/{profile}/tables/{table}.csv", profile=PROFILE, table=config["tables"]),
+    default_target: True

@@ -87,6 +87,58 @@ def _cmd_models(a: argparse.Namespace) -> int:
     return 0
 
 
+def _fidelity(pairs: list[str]):
+    from dataclasses import fields
+
+    from .runcell import Fidelity
+
+    kw = {}
+    names = {f.name: f.type for f in fields(Fidelity)}
+    for pair in pairs or []:
+        key, _, val = pair.partition("=")
+        if key not in names:
+            raise ValueError(f"unknown fidelity option {key!r}; valid: {', '.join(names)}")
+        kw[key] = val.lower() in ("1", "true", "yes") if names[key] in (bool, "bool") else val
+    return Fidelity(**kw)
+
+
+def _cmd_train(a: argparse.Namespace) -> int:
+    import time
+
+    from .cells import cells_by_id, load_cells
+    from .runcell import run_cell
+
+    cells = cells_by_id(load_cells(a.paper_dir))
+    if a.cell not in cells:
+        raise ValueError(f"unknown cell {a.cell!r} (see `lpdl cells`)")
+    t0 = time.time()
+
+    def progress(ev: dict) -> None:  # one log line per epoch with an ETA
+        if ev["event"] == "resumed":
+            print(f"[{a.cell}] resuming at epoch {ev['epoch']}/{ev['epochs']}", flush=True)
+        elif ev["event"] == "epoch":
+            done = ev["epoch"] + 1
+            eta = (time.time() - t0) / max(done, 1) * (ev["epochs"] - done)
+            print(f"[{a.cell}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
+                  f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
+                  f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s", flush=True)
+
+    m = run_cell(cells[a.cell], a.out, a.profile, seed=a.seed, fidelity=_fidelity(a.fidelity),
+                 device=a.device, executor=a.executor, data_root=a.data_root, progress=progress)
+    f = m["final"]
+    print(f"[{a.cell}] {m['status']}: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
+          f"({m['wall_time_s']:.1f}s) -> {a.out}", flush=True)
+    return 0
+
+
+def _cmd_cells(a: argparse.Namespace) -> int:
+    from .cells import load_cells
+
+    for c in load_cells(a.paper_dir, tables=a.table or None):
+        print(c.cell_id)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .engine.executors import EXECUTORS
     from .partition import KNOWN_CLASS_SIZES
@@ -136,6 +188,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--precisions", default="fp,lp", help="comma-separated: fp,lp")
     b.add_argument("--out", help="also write the JSON here")
     b.set_defaults(func=_cmd_bench)
+
+    tr = sub.add_parser("train", help="run one paper cell (resumes from its checkpoint; skips if done)")
+    tr.add_argument("--cell", required=True, help="cell id, see `lpdl cells`")
+    tr.add_argument("--profile", choices=("mini", "paper"), default="mini")
+    tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv)")
+    tr.add_argument("--seed", type=int, default=None, help="default: the cell's seed (1234)")
+    tr.add_argument("--paper-dir", default="workflow/paper")
+    tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
+    tr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    tr.add_argument("--executor", choices=EXECUTORS, default="loop")
+    tr.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="official-code behaviours, e.g. official_quant=true choco_form=code")
+    tr.set_defaults(func=_cmd_train)
+
+    ce = sub.add_parser("cells", help="list the paper's cells (one training run each)")
+    ce.add_argument("--paper-dir", default="workflow/paper")
+    ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable)")
+    ce.set_defaults(func=_cmd_cells)
 
     m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
     m.set_defaults(func=_cmd_models)

@@ -71,12 +71,12 @@ def test_demo_cli_default_learns():
 
 
 @pytest.mark.slow
-def test_snakemake_default_target(tmp_path):
+def test_snakemake_demo_target(tmp_path):
     snakemake = shutil.which("snakemake") or str(Path(sys.executable).parent / "snakemake")
     work = tmp_path / "wf"
     shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".venv", ".git", "results", ".snakemake"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run([snakemake, "-c2", "--config", "demo={'epochs': 2, 'nodes': 4, 'skew': 0.8}"],
+    proc = subprocess.run([snakemake, "-c2", "demo", "--config", "demo={'epochs': 2, 'nodes': 4, 'skew': 0.8}"],
                           cwd=work, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (work / "results/demo/table.txt").read_text()

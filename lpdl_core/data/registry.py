@@ -32,10 +32,10 @@ def _loader(name: str) -> Callable[..., DataSplit]:
         return load_sentlen
     if name == "digits":
         from .digits import load_digits_standin
-        return lambda **kw: load_digits_standin(standin_for="cifar10", image_size=32, **kw)
+        return lambda **kw: load_digits_standin(**{"standin_for": "cifar10", "image_size": 32, **kw})
     if name == "digits-224":
         from .digits import load_digits_standin
-        return lambda **kw: load_digits_standin(standin_for="imagenette", image_size=224, **kw)
+        return lambda **kw: load_digits_standin(**{"standin_for": "imagenette", "image_size": 224, **kw})
     if name == "sentlen-standin":
         from .standin_text import load_sentlen_standin
         return load_sentlen_standin

@@ -104,20 +104,22 @@ def init_resnet(model: nn.Module, lp: bool) -> None:
 
 
 class ResNetCifar(nn.Module):
-    def __init__(self, depth: int, num_classes: int, norm: str, qcfg: QuantCfg | None):
+    def __init__(self, depth: int, num_classes: int, norm: str, qcfg: QuantCfg | None, width: int = 16):
         super().__init__()
         n = int((depth - 2) / 6)  # official: depth=54 -> n=8 (50 weight layers), not 9
         if n < 1:
             raise ValueError(f"resnet_cifar depth must be >= 8, got {depth}")
         self.depth, self.blocks_per_stage = depth, n
-        # (B, 3, 32, 32) -> (B, 16, 32, 32)
-        self.conv1 = make_conv(3, 16, 3, padding=1, qcfg=qcfg)
-        self.bn1 = make_norm(norm, 16, qcfg=qcfg)
-        self.layer1 = make_stage(16, 16, n, 1, norm, qcfg)  # (B, 16, 32, 32)
-        self.layer2 = make_stage(16, 32, n, 2, norm, qcfg)  # (B, 32, 16, 16)
-        self.layer3 = make_stage(32, 64, n, 2, norm, qcfg)  # (B, 64, 8, 8)
-        self.avgpool = nn.AvgPool2d(8)                      # (B, 64, 1, 1)
-        self.fc = make_linear(64, num_classes, qcfg=qcfg)   # (B, classes)
+        w = width  # 16 in the paper; smaller only for the mini profile
+        # (B, 3, 32, 32) -> (B, w, 32, 32)
+        self.conv1 = make_conv(3, w, 3, padding=1, qcfg=qcfg)
+        self.bn1 = make_norm(norm, w, qcfg=qcfg)
+        self.layer1 = make_stage(w, w, n, 1, norm, qcfg)          # (B, w, 32, 32)
+        self.layer2 = make_stage(w, 2 * w, n, 2, norm, qcfg)      # (B, 2w, 16, 16)
+        self.layer3 = make_stage(2 * w, 4 * w, n, 2, norm, qcfg)  # (B, 4w, 8, 8)
+        # Global average pool: the official AvgPool2d(8) on the 8x8 map, any input size here.
+        self.avgpool = nn.AdaptiveAvgPool2d(1)                    # (B, 4w, 1, 1)
+        self.fc = make_linear(4 * w, num_classes, qcfg=qcfg)      # (B, classes)
         init_resnet(self, lp=qcfg is not None)
 
     def forward(self, x):
@@ -127,7 +129,8 @@ class ResNetCifar(nn.Module):
 
 
 def resnet_cifar(depth: int, *, num_classes: int = 10, precision: str = "fp", norm: str | None = None,
-                 qcfg: QuantCfg | None = None) -> ResNetCifar:
-    """CIFAR ResNet of `depth` (20 -> ResNet-20, 54 -> the paper's "ResNet-54", n = 8)."""
+                 qcfg: QuantCfg | None = None, width: int = 16) -> ResNetCifar:
+    """CIFAR ResNet of `depth` (20 -> ResNet-20, 54 -> the paper's "ResNet-54", n = 8).
+    width: channels of the first stage (paper: 16); the mini profile uses depth 8, width 8."""
     norm, qcfg = resolve_precision(precision, norm, qcfg)
-    return ResNetCifar(depth, num_classes, norm, qcfg)
+    return ResNetCifar(depth, num_classes, norm, qcfg, width)

@@ -1,4 +1,5 @@
 rule demo:
+    """The core demo (DS vs CHOCO at 0% and 99% on embedded digits): `snakemake -c2 demo`."""
     output:
         "results/demo/table.txt",
     log:
@@ -8,6 +9,8 @@ rule demo:
         nodes=config["demo"]["nodes"],
         skew=config["demo"]["skew"],
     threads: 2
+    conda:
+        "../../envs/lpdl.yaml"
     shell:
         "python -m lpdl_core demo --quiet --epochs {params.epochs:q} --nodes {params.nodes:q} "
         "--skew {params.skew:q} > {output:q} 2> {log:q}"

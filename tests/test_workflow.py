@@ -1,0 +1,94 @@
+"""The Snakemake workflow: config validation, the full DAG, and resume after kill -9."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SNAKEMAKE = str(BIN / "snakemake")
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _copy_repo(dst: Path) -> Path:
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__"))
+    return dst
+
+
+def _smk(cwd, *args, timeout=600, **kw):
+    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, env=ENV,
+                          timeout=timeout, **kw)
+
+
+def test_dry_run_has_every_paper_cell():
+    p = _smk(ROOT, "-n", "--forceall", "--nolock", "--quiet", "rules")
+    assert p.returncode == 0, p.stderr[-2000:]
+    counts = {l.split()[0]: int(l.split()[1]) for l in p.stdout.splitlines() if l[:1].isalpha() and len(l.split()) == 2
+              and l.split()[1].isdigit()}
+    assert counts["train"] == 14 + 128 + 16 + 16 + 48 + 4 and counts["aggregate"] == 6
+
+
+@pytest.mark.parametrize("bad,key", [("profile=foo", "profile"), ("seeds=[-1]", "seeds/0"),
+                                     ("tables=[table9]", "tables/0")])
+def test_bad_config_is_one_line_before_any_job(bad, key):
+    p = _smk(ROOT, "-n", "--config", bad)
+    assert p.returncode != 0
+    lines = [l for l in p.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"lpdl config error: {key}:"), p.stderr
+
+
+def _small_paper_dir(dst: Path, n: int = 2) -> None:
+    """A paper dir whose table3 holds only its first n cells (same header and validation)."""
+    lines = (ROOT / "workflow/paper/table3.csv").read_text().splitlines()
+    dst.mkdir(parents=True)
+    (dst / "table3.csv").write_text("\n".join(lines[: 1 + n]) + "\n")
+
+
+@pytest.mark.slow
+def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_path):
+    repo = _copy_repo(tmp_path / "repo")
+    _small_paper_dir(repo / "small")
+    cfg = ["--config", "paper_dir=small", "tables=[table3]"]
+    runs = repo / "results/mini/runs"
+    proc = subprocess.Popen([SNAKEMAKE, "-c1", *cfg], cwd=repo, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:  # kill the whole pipeline once one cell is done and the other has a checkpoint
+        deadline = time.time() + 400
+        while time.time() < deadline:
+            done = list(runs.glob("*/seed1234/metrics.json"))
+            ckpt = list(runs.glob("*/seed1234/checkpoint.pt"))
+            if len(done) == 1 and ckpt and ckpt[0].parent != done[0].parent:
+                break
+            assert proc.poll() is None, "pipeline finished before it could be killed"
+            time.sleep(0.2)
+        else:
+            pytest.fail("never reached the kill point")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    finished, interrupted = done[0], ckpt[0].parent
+    mtime = finished.stat().st_mtime_ns
+    p = _smk(repo, "-c1", *cfg)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert finished.stat().st_mtime_ns == mtime  # not recomputed
+    cell = interrupted.parent.name
+    log = (repo / f"results/mini/logs/train/{cell}/seed1234.log").read_text()
+    assert "resuming at epoch" in log
+    resumed = json.loads((interrupted / "metrics.json").read_text())
+    # the same cell, uninterrupted
+    ref_dir = tmp_path / "ref"
+    subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--cell", cell, "--out", str(ref_dir),
+                    "--paper-dir", str(repo / "small"), "--device", "cpu"], check=True, env=ENV,
+                   capture_output=True, timeout=600, cwd=repo)
+    ref = json.loads((ref_dir / "metrics.json").read_text())
+    assert resumed["final"] == ref["final"] and resumed["bytes_per_node"] == ref["bytes_per_node"]
+    table = (repo / "results/mini/tables/table3.csv").read_text().splitlines()
+    assert len(table) == 3 and not any(",missing," in l for l in table)

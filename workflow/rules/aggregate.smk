@@ -1,0 +1,15 @@
+rule aggregate:
+    """All runs of one paper table -> results/{profile}/tables/{table}.csv (reproduced, paper,
+    delta, seeds mean/std; missing and diverged cells marked, never filled)."""
+    input:
+        lambda wc: metrics_of(wc.table),
+    output:
+        "results/{profile}/tables/{table}.csv",
+    log:
+        "results/{profile}/logs/aggregate/{table}.log",
+    params:
+        paper_dir=config["paper_dir"],
+    conda:
+        "../../envs/lpdl.yaml"
+    script:
+        "../scripts/aggregate.py"
