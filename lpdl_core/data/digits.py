@@ -45,6 +45,38 @@ def load(test_fraction: float = 0.2, seed: int = 0) -> Split:
 _SRC = 8  # load_digits images are 8x8
 
 
+def _split_8x8(test_fraction: float, seed: int):
+    """The stratified 8x8 uint8 split, cached as .npz under the data root: importing scikit-learn
+    costs seconds, and the mini grid starts one process per cell."""
+    import os
+    import tempfile
+
+    from .base import data_root
+
+    cache = data_root() / "lpdl-cache" / f"digits-split-{test_fraction:g}-{seed}.npz"
+    try:
+        with np.load(cache) as z:
+            return z["xtr"], z["xte"], z["ytr"], z["yte"]
+    except (OSError, KeyError, ValueError):
+        pass
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    x8 = np.rint(d.images * (255.0 / 16.0)).astype(np.uint8)  # (N, 8, 8)
+    y = d.target.astype(np.int64)
+    xtr, xte, ytr, yte = train_test_split(x8, y, test_size=test_fraction, stratify=y, random_state=seed)
+    try:  # atomic: a concurrent job either sees the whole file or none
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".npz")
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, xtr=xtr, xte=xte, ytr=ytr, yte=yte)
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # read-only data root: just recompute next time
+    return xtr, xte, ytr, yte
+
+
 def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None = None,
                         test_fraction: float = 0.2, seed: int = 0) -> DataSplit:
     """scikit-learn `load_digits` (1,797 real 8x8 grey handwritten digits, 10 classes) mapped to
@@ -63,19 +95,12 @@ def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None 
     statistics of the train split in [0, 1] units (equal across channels).
     The name is "digits" at 32 px and "digits-<size>" otherwise (the registry's names).
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
     if image_size is None:
         image_size = 224 if standin_for == "imagenette" else 32
     if image_size < _SRC or image_size % _SRC:
         raise ValueError(f"image_size must be a positive multiple of {_SRC}, got {image_size}")
     k = image_size // _SRC
-    d = load_digits()
-    x8 = np.rint(d.images * (255.0 / 16.0)).astype(np.uint8)  # (N, 8, 8)
-    y = d.target.astype(np.int64)
-    xtr, xte, ytr, yte = train_test_split(x8, y, test_size=test_fraction, stratify=y,
-                                          random_state=seed)
+    xtr, xte, ytr, yte = _split_8x8(test_fraction, seed)
     # nearest-neighbour upsampling leaves the pixel distribution unchanged (every pixel is
     # repeated k*k times), so the statistics are computed on the 8x8 train images.
     m, sd = float(xtr.mean() / 255.0), float(xtr.std() / 255.0)

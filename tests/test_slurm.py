@@ -1,0 +1,188 @@
+"""SLURM: the cluster profile (slurm/config.yaml) is well formed, and (slow, root) the 2-cell
+subset of table3 really runs through a throwaway single-host SLURM cluster (scripts/local-slurm.sh)
+with the same results as a local run."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SNAKEMAKE = str(BIN / "snakemake")
+ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+SCRIPT = ROOT / "scripts/local-slurm.sh"
+TEST_PROFILE = ROOT / "profiles/slurm-test"
+PLUGIN = "snakemake-executor-plugin-slurm>=2.8"
+RUN_TIMEOUT = 600  # seconds for the whole SLURM run (2 small cells + aggregate)
+
+
+# --- fast: the profiles -------------------------------------------------------------------------
+
+def test_cluster_profile_is_valid_yaml_with_the_recommended_keys():
+    text = (ROOT / "slurm/config.yaml").read_text()
+    cfg = yaml.safe_load(text)
+    assert cfg["executor"] == "slurm"
+    for key in ("jobs", "latency-wait", "retries", "default-resources", "slurm-logdir"):
+        assert key in cfg, key
+    assert int(cfg["retries"]) >= 1 and int(cfg["latency-wait"]) >= 5
+    res = cfg["default-resources"]
+    for key in ("slurm_account", "slurm_partition", "mem_mb", "runtime"):
+        assert key in res, key
+    # the cluster facts come from the environment (or an edit), never a hard-coded site value
+    assert "LPDL_SLURM_ACCOUNT" in str(res["slurm_account"])
+    assert "LPDL_SLURM_PARTITION" in str(res["slurm_partition"])
+    assert cfg.get("slurm-requeue") is True  # preempted jobs come back and resume from checkpoints
+    # the sacct-less fallback is at least documented (without it Snakemake hangs on such clusters)
+    assert "slurm-status-command: squeue" in text
+    assert cfg.get("slurm-status-command", "squeue") in ("squeue", "sacct")
+    # GPU requests come from the rules, not from the profile
+    assert "gpu" not in res and "gres" not in res
+
+
+def test_test_profile_targets_the_local_cluster():
+    assert TEST_PROFILE.name != "default"  # `default` would be picked up by every run in cwd
+    cfg = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())
+    assert cfg["executor"] == "slurm"
+    assert cfg["slurm-status-command"] == "squeue"  # no slurmdbd on the local cluster
+    assert cfg["slurm-init-seconds-before-status-checks"] <= 5
+    assert cfg["default-resources"]["slurm_partition"] == "local"
+    assert cfg["retries"] == 1 and cfg["slurm-keep-successful-logs"] is True
+
+
+def test_local_slurm_script_is_valid_bash_with_usage():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True).returncode == 0
+    p = subprocess.run(["bash", str(SCRIPT), "bogus"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "usage" in p.stderr
+
+
+# --- slow: a real local SLURM cluster -----------------------------------------------------------
+
+def _plugin_version():
+    from importlib import metadata
+    try:
+        return metadata.version("snakemake-executor-plugin-slurm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _ensure_plugin():
+    v = _plugin_version()
+    if v is not None and tuple(int(x) for x in re.findall(r"\d+", v)[:2]) >= (2, 8):
+        return
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", PLUGIN], capture_output=True,
+                       text=True, timeout=600, stdin=subprocess.DEVNULL)
+    if p.returncode != 0:
+        pytest.skip(f"cannot pip install {PLUGIN}: {p.stderr.strip()[-500:]}")
+
+
+def _script(cmd, timeout=900):
+    return subprocess.run(["bash", str(SCRIPT), cmd], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _scancel_prefix(prefix):
+    """Cancel every job on the cluster whose name starts with prefix (our run's jobs only)."""
+    p = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True, timeout=30)
+    ids = [l.split()[0] for l in p.stdout.splitlines() if len(l.split()) == 2 and l.split()[1].startswith(prefix)]
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """The local cluster, started by scripts/local-slurm.sh (and stopped again if we started it)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("needs root: scripts/local-slurm.sh installs SLURM packages and writes /etc/slurm")
+    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
+        pytest.skip("SLURM is not installed and apt-get is unavailable to install it")
+    _ensure_plugin()
+    was_running = _script("status", timeout=60).returncode == 0
+    p = _script("start")
+    if p.returncode == 4:
+        pytest.skip(f"cannot install the SLURM packages with apt-get: {p.stderr.strip()[-500:]}")
+    if p.returncode == 3:
+        pytest.skip(f"a SLURM setup not made by scripts/local-slurm.sh is present: {p.stderr.strip()}")
+    try:
+        assert p.returncode == 0, f"local-slurm.sh start failed:\n{p.stdout}\n{p.stderr}"
+        yield
+    finally:
+        if not was_running:
+            s = _script("stop", timeout=120)
+            assert s.returncode == 0, s.stderr
+
+
+def _copy_repo(dst: Path) -> Path:
+    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__"))
+    return dst
+
+
+def _small_paper_dir(dst: Path, n: int = 2) -> None:
+    """A paper dir whose table3 holds only its first n cells (same header and validation). The other
+    tables are copied whole: the workflow only reads table3 (tables=[table3]), but `lpdl train`
+    may read every table of the paper dir to find its cell."""
+    dst.mkdir(parents=True)
+    for src in (ROOT / "workflow/paper").glob("*.csv"):
+        lines = src.read_text().splitlines()
+        (dst / src.name).write_text("\n".join(lines[: 1 + n] if src.name == "table3.csv" else lines) + "\n")
+
+
+@pytest.mark.slow
+def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path):
+    repo = _copy_repo(tmp_path / "repo")
+    _small_paper_dir(repo / "small")
+    prefix = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())["slurm-jobname-prefix"] + "_"
+    out_log = tmp_path / "snakemake.out"
+    t0 = time.time()
+    with open(out_log, "w") as out:
+        proc = subprocess.Popen([SNAKEMAKE, "--profile", str(TEST_PROFILE), "--config", "paper_dir=small",
+                                 "tables=[table3]"], cwd=repo, env=ENV, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            if proc.poll() is None:  # Ctrl-C would make Snakemake wait for its jobs: kill, then scancel
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                _scancel_prefix(prefix)
+    elapsed = time.time() - t0
+    text = out_log.read_text()
+    assert rc is not None, f"SLURM run exceeded {RUN_TIMEOUT}s (jobs cancelled):\n{text[-4000:]}"
+    assert rc == 0, text[-4000:]
+
+    # the jobs really went through SLURM: submitted, logged by SLURM, and known to the controller
+    jobids = re.findall(r"has been submitted with SLURM jobid (\d+)", text)
+    assert len(set(jobids)) == 3, text[-4000:]  # 2 train + 1 aggregate
+    logs = list((repo / "results/slurm-logs").rglob("*.log"))
+    assert {p.stem for p in logs} >= set(jobids), logs
+    assert len([p for p in logs if "rule_train" in str(p)]) == 2, logs
+    q = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %j %T %P"],
+                       capture_output=True, text=True, timeout=30)
+    states = {l.split()[0]: l.split()[1:] for l in q.stdout.splitlines()}
+    assert set(states) == set(jobids), q.stdout + q.stderr
+    assert all(s[0].startswith(prefix) and s[1] == "COMPLETED" and s[2] == "local" for s in states.values()), states
+
+    # same numbers as a local run of the same cells
+    runs = sorted((repo / "results/mini/runs").glob("*/seed1234/metrics.json"))
+    assert len(runs) == 2, runs
+    for m in runs:
+        cell = m.parent.parent.name
+        ref_dir = tmp_path / "ref" / cell
+        subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--cell", cell, "--out", str(ref_dir),
+                        "--paper-dir", str(repo / "small"), "--device", "cpu"], check=True,
+                       env={**ENV, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=600, cwd=repo)
+        got, ref = json.loads(m.read_text()), json.loads((ref_dir / "metrics.json").read_text())
+        assert got["final"] == ref["final"], cell
+        assert got["bytes_per_node"] == ref["bytes_per_node"], cell
+    table = (repo / "results/mini/tables/table3.csv").read_text().splitlines()
+    assert len(table) == 3 and not any(",missing," in l for l in table)
+    print(f"SLURM run of 2 cells + aggregate: {elapsed:.0f}s")
