@@ -26,7 +26,7 @@ from torch import nn
 
 from ..quant.layers import Add, QConv2d, make_conv, make_linear
 from ..quant.norms import make_norm
-from ..quant.quantizer import QuantCfg, quantize
+from ..quant.quantizer import QuantCfg
 from .resnet_cifar import resolve_precision
 
 # (expansion t, out channels c, blocks n, first stride s); CIFAR: row 2 stride 1 (ImageNet: 2)
@@ -38,9 +38,7 @@ class QConv2dFloatGrad(QConv2d):
     """8-bit input and weight, float gradients: the official LP shortcut conv (no biprecision)."""
 
     def forward(self, x):
-        qx = self.quantize_input(x)
-        qw = quantize(self.weight, self.qcfg.bits)
-        qb = quantize(self.bias, self.qcfg.bits) if self.bias is not None else None
+        qx, qw, qb = self.quantized_operands(x)
         return F.conv2d(qx, qw, qb, self.stride, self.padding, self.dilation, self.groups)
 
 

@@ -114,7 +114,16 @@ class _BifurcatedLinear(torch.autograd.Function):
         return gx, gw, gb, None, None
 
 
-class QConv2d(nn.Conv2d):
+class _QuantizedOperands:
+    """Shared by QConv2d/QLinear: 8-bit input (measured range), weight and bias (own range)."""
+
+    def quantized_operands(self, x: torch.Tensor):
+        q = self.qcfg
+        qb = quantize(self.bias, q.bits) if self.bias is not None else None
+        return self.quantize_input(x), quantize(self.weight, q.bits), qb
+
+
+class QConv2d(_QuantizedOperands, nn.Conv2d):
     """nn.Conv2d with 8-bit input/weight/bias and gradient bifurcation (same parameters)."""
 
     def __init__(self, *args, qcfg: QuantCfg, **kwargs):
@@ -125,15 +134,12 @@ class QConv2d(nn.Conv2d):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.qcfg
-        qx = self.quantize_input(x)
-        qw = quantize(self.weight, q.bits)
-        qb = quantize(self.bias, q.bits) if self.bias is not None else None
+        qx, qw, qb = self.quantized_operands(x)
         return _BifurcatedConv.apply(qx, qw, qb, self.stride, self.padding, self.dilation,
-                                     self.groups, q.grad_bits, q.grad_rounding)
+                                     self.groups, self.qcfg.grad_bits, self.qcfg.grad_rounding)
 
 
-class QLinear(nn.Linear):
+class QLinear(_QuantizedOperands, nn.Linear):
     """nn.Linear with 8-bit input/weight/bias and gradient bifurcation (same parameters)."""
 
     def __init__(self, *args, qcfg: QuantCfg, **kwargs):
@@ -142,11 +148,8 @@ class QLinear(nn.Linear):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.qcfg
-        qx = self.quantize_input(x)
-        qw = quantize(self.weight, q.bits)
-        qb = quantize(self.bias, q.bits) if self.bias is not None else None
-        return _BifurcatedLinear.apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
+        qx, qw, qb = self.quantized_operands(x)
+        return _BifurcatedLinear.apply(qx, qw, qb, self.qcfg.grad_bits, self.qcfg.grad_rounding)
 
 
 class Add(nn.Module):
