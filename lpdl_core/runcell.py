@@ -31,7 +31,7 @@ from .train import RunCfg, train
 
 PROFILES = ("mini", "paper")
 MINI = {"image_size": 16, "resnet_depth": 8, "resnet_width": 8, "image_epochs": 3, "text_epochs": 2,
-        "text_max_length": 32, "text_lr": 1e-3}
+        "text_max_length": 32, "text_lr": 1e-3, "curve_eval_samples": 120}
 MINI_TEXT = {"agnews": "topics-standin", "sentlen": "sentlen-standin"}
 
 
@@ -108,8 +108,12 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         mapping += [f"dataset {cell.dataset} -> digits stand-in ({MINI['image_size']} px)",
                     f"model {cell.model} -> {model}", f"epochs {cell.epochs} -> {epochs}",
                     "no 0.1x warm-up epoch"]
+    curve_k = MINI["curve_eval_samples"] if profile == "mini" else None
+    if curve_k:
+        mapping.append(f"per-epoch curve on {curve_k} test samples (final metrics on the whole test set)")
     run = RunCfg(epochs=epochs, batch_size=cell.batch_per_node, lr=lr, schedule=sched, skew=cell.skew,
-                 partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds)
+                 partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
+                 curve_eval_samples=curve_k)
     return Plan(cell_id=cell.cell_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
                 mapping=tuple(mapping), make_model=_model_factory(cell, profile, model, lp, qcfg))

@@ -34,6 +34,8 @@ class RunCfg:
     data_on: "device" keeps the whole dataset on the training device (fastest); "host" keeps it in
     (pinned) host memory and copies each node-stacked batch over, for datasets too big for the
     device. Augmentation runs on the training device either way.
+    curve_eval_samples: evaluate the per-epoch curve on the first k test samples only (None: all);
+    the final evaluation always uses the whole test set.
     """
 
     epochs: int
@@ -44,6 +46,7 @@ class RunCfg:
     partition_seed: int = 1234
     final_gossip_rounds: int = 0
     data_on: Literal["device", "host"] = "device"
+    curve_eval_samples: int | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -54,6 +57,8 @@ class RunCfg:
             raise ValueError(f"run.skew must be in [0, 1], got {self.skew}")
         if self.final_gossip_rounds < 0:
             raise ValueError("run.final_gossip_rounds must be >= 0")
+        if self.curve_eval_samples is not None and self.curve_eval_samples < 1:
+            raise ValueError("run.curve_eval_samples must be >= 1 or None")
         if self.data_on not in ("device", "host"):
             raise ValueError(f"run.data_on must be 'device' or 'host', got {self.data_on!r}")
 
@@ -151,7 +156,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
                           "iters_per_epoch": sampler.iters_per_epoch})
         if status == "diverged":
             break
-        ev = evaluate(sim, x_te, y_te.to(dev), transform=to_test)
+        k = run.curve_eval_samples or len(x_te)
+        ev = evaluate(sim, x_te[:k], y_te[:k].to(dev), transform=to_test)
         row = {"epoch": epoch, "lr": lr, "train_loss": float(loss_sum.mean()) / sampler.iters_per_epoch,
                "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
                "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,

@@ -17,8 +17,9 @@
 #      status command; there is no slurmdbd, hence no sacct history).
 #   3. starts slurmctld and slurmd as background daemons, records their PIDs in the state dir,
 #      and waits until `sinfo` shows the node idle.
-# `stop` kills only the PIDs recorded by `start` (after checking they still are slurmctld/slurmd)
-# and removes the config files only if this script wrote them. Packages stay installed.
+# `stop` cancels the jobs left on this cluster, kills only the PIDs recorded by `start` (after
+# checking they still are slurmctld/slurmd) and removes the config files only if this script
+# wrote them. Packages, logs and the state dir stay.
 #
 # Environment: LPDL_SLURM_DIR   state dir (default /tmp/lpdl-slurm: pids, logs, spool, fake GPUs)
 #              LPDL_SLURM_WAIT  seconds to wait for the node to become idle (default 60)
@@ -198,6 +199,15 @@ stop_daemons() {
 
 stop() {
   [ "$(id -u)" = 0 ] || die 2 "must run as root"
+  # jobs still on OUR cluster are cancelled first (else their job steps outlive slurmd)
+  if alive slurmctld && ours_conf "$CONF"; then
+    scancel --partition="$PARTITION" >/dev/null 2>&1 || true
+    local i
+    for i in $(seq 40); do
+      [ -z "$(squeue -h -t running,completing -p "$PARTITION" 2>/dev/null)" ] && break
+      sleep 0.25
+    done
+  fi
   stop_daemons
   local f
   for f in "$CONF" "$GRES"; do

@@ -21,7 +21,7 @@ ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 SCRIPT = ROOT / "scripts/local-slurm.sh"
 TEST_PROFILE = ROOT / "profiles/slurm-test"
 PLUGIN = "snakemake-executor-plugin-slurm>=2.8"
-RUN_TIMEOUT = 600  # seconds for the whole SLURM run (2 small cells + aggregate)
+RUN_TIMEOUT = int(os.environ.get("LPDL_SLURM_TEST_TIMEOUT", 600))  # whole SLURM run (2 cells + aggregate)
 
 
 # --- fast: the profiles -------------------------------------------------------------------------
