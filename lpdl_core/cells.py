@@ -158,10 +158,15 @@ def _default_dir(paper_dir: str | Path) -> Path:
 
 
 def load_cells(paper_dir: str | Path = "workflow/paper", tables=None) -> list[Cell]:
-    """Read and validate <paper_dir>/<table>.csv for each table (default: all of expected_counts)."""
+    """Read and validate <paper_dir>/<table>.csv for each table (default: every table file that
+    exists there; naming a table whose file is missing is an error)."""
     root = _default_dir(paper_dir)
+    if tables is None:
+        tables = [t for t in expected_counts if (root / f"{t}.csv").exists()]
+        if not tables:
+            raise FileNotFoundError(f"no table CSVs ({', '.join(expected_counts)}) in {root}")
     cells: list[Cell] = []
-    for table in tables if tables is not None else expected_counts:
+    for table in tables:
         path = root / f"{table}.csv"
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
