@@ -197,8 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--paper-dir", default="workflow/paper")
     tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
     tr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    tr.add_argument("--executor", choices=EXECUTORS + ("auto",), default="auto",
-                    help="auto: batched for the mini profile's small CNNs, loop otherwise")
+    tr.add_argument("--executor", choices=EXECUTORS, default="loop")
     tr.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
                     help="official-code behaviours, e.g. official_quant=true choco_form=code")
     tr.set_defaults(func=_cmd_train)

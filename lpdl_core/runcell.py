@@ -141,17 +141,8 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Call
                                num_classes=100 if cell.dataset == "cifar100" else 10)
 
 
-def resolve_executor(executor: str, plan: "Plan") -> str:
-    """"auto": batched (vmap) for the mini profile's tiny CNNs, where per-op overhead dominates
-    (measured on 2 CPU cores: 16-node LP step 0.48 s batched vs 0.80 s loop); loop otherwise
-    (ResNet-20 at batch 32: loop 1.06 s vs batched 1.38 s per step; text models: no gain)."""
-    if executor != "auto":
-        return executor
-    return "batched" if plan.profile == "mini" and plan.model.startswith("resnet8") else "loop"
-
-
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
-             fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "auto",
+             fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
              data_root: str | None = None, progress: Callable[[dict], None] | None = None) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
     partition.csv}. metrics.json is written last, so its presence means the cell is complete."""
@@ -163,7 +154,6 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         return json.loads((out / "metrics.json").read_text())
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
     split = load_dataset(plan.dataset, **plan.dataset_kwargs)
-    executor = resolve_executor(executor, plan)
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
