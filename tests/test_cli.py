@@ -76,7 +76,9 @@ def test_snakemake_demo_target(tmp_path):
     work = tmp_path / "wf"
     shutil.copytree(ROOT, work, ignore=shutil.ignore_patterns(".venv", ".git", "results", ".snakemake"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run([snakemake, "-c2", "demo", "--config", "demo={'epochs': 2, 'nodes': 4, 'skew': 0.8}"],
+    # nested values given with --config arrive as strings (skew '0.8'), so override by file
+    (work / "demo.yaml").write_text("demo: {epochs: 2, nodes: 4, skew: 0.8}\n")
+    proc = subprocess.run([snakemake, "-c2", "demo", "--configfile", "config/config.yaml", "demo.yaml"],
                           cwd=work, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (work / "results/demo/table.txt").read_text()
