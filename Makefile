@@ -20,7 +20,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The default target: every paper cell in the mini profile, then the tables (results/mini/tables).
+# --unlock first: a killed run (kill -9) leaves Snakemake's lock behind, and rerunning this same
+# command must continue where it stopped (finished cells are kept, interrupted ones resume).
 reproduce: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --unlock --quiet > /dev/null
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake -c2 --keep-going
 
 demo: $(STAMP)

@@ -76,6 +76,8 @@ def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_p
             os.killpg(proc.pid, signal.SIGKILL)
     finished, interrupted = done[0], ckpt[0].parent
     mtime = finished.stat().st_mtime_ns
+    # what `make reproduce` does: clear the lock the killed run left behind, then the same command
+    assert _smk(repo, "--unlock", *cfg).returncode == 0
     p = _smk(repo, "-c1", *cfg)
     assert p.returncode == 0, p.stderr[-3000:]
     assert finished.stat().st_mtime_ns == mtime  # not recomputed
@@ -86,7 +88,8 @@ def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_p
     # the same cell, uninterrupted
     ref_dir = tmp_path / "ref"
     subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--cell", cell, "--out", str(ref_dir),
-                    "--paper-dir", str(repo / "small"), "--device", "cpu"], check=True, env=ENV,
+                    "--paper-dir", str(repo / "small"), "--device", "cpu"], check=True,
+                   env={**ENV, "OMP_NUM_THREADS": "1"},  # as the Snakemake job (threads: 1): same float order
                    capture_output=True, timeout=600, cwd=repo)
     ref = json.loads((ref_dir / "metrics.json").read_text())
     assert resumed["final"] == ref["final"] and resumed["bytes_per_node"] == ref["bytes_per_node"]
