@@ -35,14 +35,7 @@ COMPRESSORS = {
 TOPK = CompressorCfg(kind="topk", ratio=0.9)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add OpenMP overhead (badly so on a busy
-    2-core machine), so run the module single-threaded and restore the setting afterwards."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def topo(name: str, n: int = N) -> Topology:

