@@ -1,5 +1,5 @@
 # lpdl: every cell of the paper's tables and figures as a DAG node (workflow/rules/), aggregated
-# into results/{profile}/tables/*.csv. Default: the mini profile (config/config.yaml).
+# into results/{profile}/tables/*.csv and the report (report/report.html, .tex, .pdf). Default: the mini profile (config/config.yaml).
 configfile: "config/config.yaml"
 
 
@@ -7,9 +7,11 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/demo.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
     input:
         expand("results/{profile}/tables/{table}.csv", profile=PROFILE, table=config["tables"]),
+        REPORT_DIR + "/report.html",
     default_target: True

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -139,6 +140,18 @@ def _cmd_cells(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(a: argparse.Namespace) -> int:
+    from .report.build import build_report, main_json
+
+    results = Path(a.results)
+    if not (results / "runs").is_dir():
+        raise ValueError(f"{results} has no runs/ folder (expected results/<profile>/runs/<cell>/seed<n>/)")
+    r = build_report(results, a.out, paper_dir=a.paper_dir, tables=a.table or None,
+                     seeds=a.seed or None, pdf=not a.no_pdf)
+    print(main_json(r))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .engine.executors import EXECUTORS
     from .partition import KNOWN_CLASS_SIZES
@@ -207,6 +220,15 @@ def build_parser() -> argparse.ArgumentParser:
     ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable)")
     ce.set_defaults(func=_cmd_cells)
 
+    r = sub.add_parser("report", help="HTML + LaTeX/PDF report of a results folder beside the paper")
+    r.add_argument("--results", default="results/mini", help="results/<profile> folder")
+    r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
+    r.add_argument("--paper-dir", default="workflow/paper")
+    r.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default all)")
+    r.add_argument("--seed", type=int, action="append", help="only these seeds (repeatable)")
+    r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
+    r.set_defaults(func=_cmd_report)
+
     m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
     m.set_defaults(func=_cmd_models)
     return p
@@ -216,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:  # e.g. `lpdl cells | head`
+        sys.stderr.close()
+        return 0
     except ValueError as e:  # configuration errors from the library: one clear line
         print(f"lpdl {args.command}: error: {e}", file=sys.stderr)
         return 2

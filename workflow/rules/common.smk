@@ -20,6 +20,7 @@ _validate_config(config)
 from lpdl_core.cells import load_cells  # noqa: E402
 
 PROFILE = config["profile"]
+REPORT_DIR = config["report_dir"].rstrip("/")
 CELLS = load_cells(config["paper_dir"], tables=config["tables"])
 CELL_BY_ID = {c.cell_id: c for c in CELLS}
 RUN_DIR = "results/{profile}/runs/{cell}/seed{seed}"

@@ -1,0 +1,66 @@
+"""Read one results folder (results/{profile}/) into a ReportData.
+
+Layout: runs/{cell_id}/seed{seed}/{metrics.json, curve.csv, partition.csv}. Only cells of the
+requested paper tables are read; a cell with no metrics.json is missing (never filled). The table
+rows come from the same `aggregate_table` that writes results/{profile}/tables/*.csv.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from ..aggregate import aggregate_table
+from ..cells import load_cells
+from .model import ReportData, Run
+
+
+def _num(text: str):
+    try:
+        v = float(text)
+    except ValueError:
+        return text
+    return int(v) if v.is_integer() and "." not in text and "e" not in text.lower() else v
+
+
+def _read_csv(path: Path) -> tuple[dict, ...]:
+    if not path.exists():
+        return ()
+    with path.open(newline="") as f:
+        return tuple({k: _num(v) for k, v in row.items()} for row in csv.DictReader(f))
+
+
+def read_run(run_dir: Path) -> Run:
+    """One run folder -> Run (metrics.json must exist)."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    seed = int(run_dir.name.removeprefix("seed")) if run_dir.name.startswith("seed") else \
+        int(metrics.get("config", {}).get("seed", 0))
+    return Run(cell_id=metrics["config"]["cell_id"], seed=seed, metrics=metrics,
+               curve=_read_csv(run_dir / "curve.csv"), partition=_read_csv(run_dir / "partition.csv"))
+
+
+def load_report_data(results_dir: str | Path, paper_dir: str | Path = "workflow/paper",
+                     tables=None, profile: str | None = None, seeds=None) -> ReportData:
+    """results_dir: results/{profile} (holding runs/). tables: which paper artifacts (default all
+    present in paper_dir). seeds: only these seeds (default every seed found)."""
+    results_dir = Path(results_dir)
+    profile = profile or results_dir.name
+    cells = tuple(load_cells(paper_dir, tables=tables))
+    runs: dict[str, tuple[Run, ...]] = {}
+    for c in cells:
+        cell_dir = results_dir / "runs" / c.cell_id
+        found = []
+        for d in sorted(cell_dir.glob("seed*")) if cell_dir.is_dir() else ():
+            if not (d / "metrics.json").exists():
+                continue  # a run in progress (checkpoint only) is not a result
+            r = read_run(d)
+            if seeds is None or r.seed in seeds:
+                found.append(r)
+        if found:
+            runs[c.cell_id] = tuple(found)
+    rows: dict[str, list[dict]] = {}
+    for table in dict.fromkeys(c.table for c in cells):
+        tcells = [c for c in cells if c.table == table]
+        rows[table] = aggregate_table(tcells, {k: [r.metrics for r in v] for k, v in runs.items()},
+                                      profile)
+    return ReportData(profile=profile, cells=cells, runs=runs, rows=rows)

@@ -1,0 +1,187 @@
+"""The report's data, tables, claims and header, built from a synthetic results folder that has
+ok cells (one with three seeds), a diverged cell, a partly-diverged cell, a run still in progress
+and missing cells."""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lpdl_core.cells import load_cells
+from lpdl_core.report.claims import check_claims
+from lpdl_core.report.data import load_report_data
+from lpdl_core.report.header import build_header
+from lpdl_core.report.model import ReportData, delta_class
+from lpdl_core.report.tables import paper_table, paper_tables
+
+PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
+CELLS = {c.cell_id: c for c in load_cells(PAPER)}
+T2 = "t2-resnet20-dring8-c0-s0-{algo}-{prec}"
+
+
+def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs: int = 3,
+              fidelity: dict | None = None, sha: str = "abc123def4567890") -> Path:
+    """One run folder as the pipeline writes it; acc None = diverged at epoch 1."""
+    c = CELLS[cell_id]
+    d = root / "runs" / cell_id / f"seed{seed}"
+    d.mkdir(parents=True)
+    status = "ok" if acc is not None else "diverged"
+    node_acc = [acc + k - 1 for k in range(3)] if acc is not None else [float("nan")] * 3
+    metrics = {
+        "status": status, "diverged_at": None if acc is not None else 1, "epochs_done": epochs,
+        "final": {"mean_acc": acc if acc is not None else float("nan"), "avg_model_acc": (acc or 0) + 0.5,
+                  "consensus_distance": 0.01, "mean_loss": 1.0, "node_acc": node_acc},
+        "bytes_per_node": 2.5e6, "wall_time_s": 60.0, "executor": "loop", "device": "cpu",
+        "config": {"cell_id": cell_id, "cell": {"table": c.table, "norm": c.norm},
+                   "fidelity": fidelity or {"official_quant": False, "choco_form": "paper",
+                                            "choco_replicas": "per-neighbour", "bytes_metric": "exact"},
+                   "mapping": ["dataset cifar10 -> digits stand-in (16 px)", "epochs 200 -> 3"]},
+        "provenance": {"git_sha": sha, "git_dirty": False, "python": "3.11.7", "torch": "2.14.1",
+                       "device_name": "x86_64"},
+    }
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    with (d / "curve.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["epoch", "lr", "train_loss", "mean_acc", "avg_model_acc", "consensus_distance",
+                    "test_loss", "bytes_per_node"])
+        for e in range(epochs):
+            w.writerow([e, 0.1, 2.0 - e * 0.1, 10 + e, 11 + e, 0.1 / (e + 1), 2.0, 1e5 * (e + 1)])
+    return d
+
+
+@pytest.fixture
+def results(tmp_path: Path) -> Path:
+    root = tmp_path / "results" / "mini"
+    write_run(root, T2.format(algo="ds", prec="fp32"), 1, 90.0)
+    for seed, acc in zip((1, 2, 3), (80.0, 82.0, 84.0)):
+        write_run(root, T2.format(algo="ds", prec="int8"), seed, acc)
+    write_run(root, T2.format(algo="choco", prec="fp32"), 1, None)          # diverged
+    write_run(root, T2.format(algo="choco", prec="int8"), 1, 88.0)           # partly diverged
+    write_run(root, T2.format(algo="choco", prec="int8"), 2, None)
+    inprogress = root / "runs" / "t2-resnet20-dring8-c0-s0.4-ds-fp32" / "seed1"
+    inprogress.mkdir(parents=True)
+    (inprogress / "checkpoint.pt").write_bytes(b"not a result")
+    return root
+
+
+def test_load_report_data_reads_runs_and_leaves_missing_missing(results):
+    data = load_report_data(results, PAPER, tables=["table2"])
+    assert data.profile == "mini" and len(data.cells) == 128
+    assert set(data.runs) == {T2.format(algo=a, prec=p) for a in ("ds", "choco") for p in ("fp32", "int8")}
+    run = data.runs[T2.format(algo="ds", prec="fp32")][0]
+    assert run.seed == 1 and len(run.curve) == 3 and run.curve[2]["mean_acc"] == 12
+    status = {r["cell_id"]: r["status"] for r in data.rows["table2"]}
+    assert status["t2-resnet20-dring8-c0-s0.4-ds-fp32"] == "missing"  # checkpoint only
+    assert status[T2.format(algo="choco", prec="fp32")] == "diverged"
+    assert status[T2.format(algo="choco", prec="int8")] == "partly-diverged"
+    assert list(status.values()).count("missing") == 124
+    only2 = load_report_data(results, PAPER, tables=["table2"], seeds=[2])
+    assert set(only2.runs) == {T2.format(algo="ds", prec="int8"), T2.format(algo="choco", prec="int8")}
+
+
+def test_table2_has_the_papers_shape_and_values(results):
+    t = paper_table(load_report_data(results, PAPER, tables=["table2"]), "table2")
+    assert t.columns == ("DS (32-bit)", "LP-DS (8-bit)", "CHOCO (32-bit)", "LP-CHOCO (8-bit)")
+    assert t.row_axes == ("Model / Graph", "Nodes (n)", "Compression (%)", "Skew")
+    assert len(t.rows) == 32 and all(len(r.entries) == 4 for r in t.rows)
+    first = t.rows[0]
+    assert first.labels == ("ResNet-20 / Directed Ring", "8", "0", "0")
+    ds_fp, ds_lp, ch_fp, ch_lp = first.entries
+    assert ds_fp.status == "ok" and ds_fp.reproduced == 90.0 and ds_fp.paper == 90.56
+    assert ds_fp.delta == pytest.approx(90.0 - 90.56) and ds_fp.std is None
+    assert ds_lp.seeds == 3 and ds_lp.reproduced == pytest.approx(82.0) and ds_lp.std == pytest.approx(2.0)
+    assert ch_fp.status == "diverged" and ch_fp.reproduced is None and ch_fp.delta is None
+    assert ch_fp.diverged_at == "[1]" and ch_fp.paper == 90.96
+    assert ch_lp.status == "partly-diverged" and ch_lp.reproduced == 88.0 and ch_lp.seeds == 1
+    missing = t.rows[1].entries[0]
+    assert missing.status == "missing" and missing.reproduced is None and missing.paper == 90.36
+    assert "digits stand-in" in t.note
+
+
+def test_every_table_shape():
+    data = load_report_data(Path("/nonexistent/mini"), PAPER)
+    tables = {t.name: t for t in paper_tables(data)}
+    assert list(tables) == ["table1", "table2", "table3", "table4", "table5", "fig1"]
+    shape = {k: (len(t.rows), len(t.columns)) for k, t in tables.items()}
+    assert shape == {"table1": (7, 2), "table2": (32, 4), "table3": (8, 2), "table4": (8, 2),
+                     "table5": (12, 4), "fig1": (4, 1)}
+    assert tables["table3"].columns == ("CHOCO with QGM", "LP-CHOCO with QGM")
+    assert tables["table1"].columns == ("Acc. (FP)", "Acc. (LP)")
+    assert tables["table1"].rows[-1].labels == ("Sentlen", "DistilBERT")
+    # every cell of every table is placed exactly once, and all are missing here
+    placed = [e.cell_id for t in tables.values() for r in t.rows for e in r.entries if e is not None]
+    assert sorted(placed) == sorted(CELLS) and len(placed) == 226
+    assert all(e.status == "missing" for t in tables.values() for r in t.rows for e in r.entries if e)
+
+
+def _as_paper(data: ReportData, offset=lambda r: 0.0) -> ReportData:
+    """Every cell 'reproduced' exactly at the paper's value (+ offset)."""
+    rows = {t: [{**r, "status": "ok" if r["paper"] is not None else "missing",
+                 "reproduced": None if r["paper"] is None else r["paper"] + offset(r)}
+                for r in rs] for t, rs in data.rows.items()}
+    return replace(data, rows=rows)
+
+
+COST = {"compute_ratio": 4.0, "memory_ratio": 3.6, "model": "ResNet-20", "assumption": "test"}
+
+
+def test_claims_on_the_papers_own_numbers():
+    """The paper's numbers as the reproduction: its claims must be judged as the paper states
+    them (hand-checked from Tables 2-5)."""
+    data = _as_paper(load_report_data(Path("/nonexistent/mini"), PAPER))
+    claims = {c.number: c for c in check_claims(data, COST)}
+    assert [c.number for c in claims.values()] == [1, 2, 3, 4, 5, 6]
+    # FP/LP pairs per compression level: Table 2 32, Table 3 4, Table 4 4, Table 5 12 = 52
+    assert claims[1].verdict == "holds" and claims[1].cells == 52 and "+0.47" in claims[1].evidence
+    assert claims[2].verdict == "holds" and claims[2].cells == 52 and "+1.31" in claims[2].evidence
+    # CHOCO/DS pairs: (32 Table 2 + 12 Table 5 rows) x 2 precisions
+    assert claims[3].verdict == "holds" and claims[3].cells == 88
+    assert claims[4].verdict == "holds" and claims[4].cells == 60 and "59 of 60" in claims[4].evidence
+    # LP-CHOCO - CHOCO at skew 0.9, 0%: n=8 83.65 - 83.09, n=16 79.53 - 78.70 (Section 4.1)
+    assert claims[5].verdict == "holds" and "+0.56" in claims[5].evidence and "+0.83" in claims[5].evidence
+    assert claims[6].verdict == "holds"
+
+
+def test_claims_that_do_not_hold_and_not_enough_cells():
+    base = load_report_data(Path("/nonexistent/mini"), PAPER)
+    worse_lp = _as_paper(base, lambda r: -5.0 if r["precision"] == "int8" else 0.0)
+    claims = {c.number: c for c in check_claims(worse_lp, {**COST, "memory_ratio": 1.5})}
+    assert claims[1].verdict == claims[2].verdict == claims[5].verdict == "does not hold"
+    assert claims[6].verdict == "does not hold"
+    rising = _as_paper(base, lambda r: 20 * r["skew"])
+    assert {c.number: c for c in check_claims(rising)}[4].verdict == "does not hold"
+    empty = {c.number: c.verdict for c in check_claims(base)}
+    assert set(empty.values()) == {"not enough cells"}
+
+
+def test_claims_skip_diverged_and_missing(results):
+    data = load_report_data(results, PAPER, tables=["table2"])
+    claims = {c.number: c for c in check_claims(data, COST)}
+    # only DS has both precisions ok at c0 s0 (CHOCO fp32 diverged, CHOCO int8 partly): 1 pair
+    assert claims[1].verdict == "not enough cells" and claims[1].cells == 1
+
+
+def test_header_states_profile_provenance_and_problems(results):
+    write_run(results, "t2-resnet20-dring8-c99-s0-ds-fp32", 1, 70.0, sha="fff000", fidelity={
+        "official_quant": True, "choco_form": "paper", "choco_replicas": "per-neighbour",
+        "bytes_metric": "exact"})
+    h = build_header(load_report_data(results, PAPER, tables=["table2"]), generated_by={"git_sha": "0123456789abcdef"})
+    facts = dict(h.facts)
+    assert h.profile == "mini" and "NOT a reproduction" in h.profile_note
+    assert facts["seeds"] == "1, 2, 3" and facts["runs"] == "8"
+    assert "abc123def456 (7)" in facts["git SHA of the runs"] and "fff000 (1)" in facts["git SHA of the runs"]
+    assert facts["total compute time (sum of run wall times)"] == "8m 00s"
+    assert "official code" in facts["fidelity: official_quant"] and "[1 runs]" in facts["fidelity: official_quant"]
+    assert facts["fidelity: bytes_metric"].startswith("exact")
+    assert "0123456789ab" in facts["report generated"]
+    text = " ".join(h.warnings)
+    assert "123 of 128 cells have no result" in text and "2 cells diverged" in text
+    assert "2 different git commits" in text
+
+
+def test_delta_class_bands():
+    assert [delta_class(d) for d in (None, 0.5, -0.99, 1.0, -2.5, 3.0, -10)] == \
+        ["none", "close", "close", "near", "near", "far", "far"]
