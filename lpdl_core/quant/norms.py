@@ -28,6 +28,7 @@ from torch import nn
 
 from .layers import QuantMeasure
 from .quantizer import QuantCfg, quantize, quantize_grad
+from .range_fused import range_evonorm
 
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
 ACTIVATIONS = ("hardsigmoid", "sigmoid")
@@ -119,7 +120,13 @@ class RangeEvoNorm(nn.Module):
 
     Parameters (1, C, 1, 1): γ ~ U(0, 1) (as the official class; ResNet-LP overrides it), β=0, v=1.
     Requires C·H·W divisible by groups·chunks with m ≥ 2 (true for every model here).
+
+    fused=True (default, hard sigmoid only) runs the arithmetic as one autograd node with a
+    hand-written backward (``range_fused.py``); fused=False composes autograd ops. Same math; the
+    tests compare the two.
     """
+
+    fused = True
 
     def __init__(self, num_features: int, *, qcfg: QuantCfg | None, groups: int = 8, chunks: int = 16,
                  eps: float = 1e-5, activation: str = "hardsigmoid"):
@@ -160,6 +167,10 @@ class RangeEvoNorm(nn.Module):
             v, w, b = quantize(self.v, q.bits), quantize(self.weight, q.bits), quantize(self.bias, q.bits)
         else:
             v, w, b = self.v, self.weight, self.bias
+        if self.fused and self.activation == "hardsigmoid":
+            out = range_evonorm(x, v, w, b, groups=G, chunks=K, c=range_scale_fix(m), eps=self.eps,
+                                bits=q.bits if q is not None else 0)
+            return quantize_grad(out, q.grad_bits, q.grad_rounding) if q is not None else out
         t = x * v
         n = x * (hardsigmoid(t) if self.activation == "hardsigmoid" else torch.sigmoid(t))
         y = x.reshape(B, G, K, m)
