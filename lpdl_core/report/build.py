@@ -26,9 +26,10 @@ def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure]
     from .cost import training_cost
     from .figures import all_figures
     t0 = time.perf_counter()
-    figs = all_figures(data)
+    cost = training_cost()
+    figs = all_figures(data, cost)
     log(f"figures: {len(figs)} in {time.perf_counter() - t0:.1f}s")
-    return figs, training_cost()
+    return figs, cost
 
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
