@@ -9,6 +9,9 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/demo.smk"
 include: "workflow/rules/report.smk"
 
+# cheap steps run where snakemake runs (e.g. a cluster login node), not as SLURM jobs
+localrules: aggregate, report, all
+
 
 rule all:
     input:

@@ -185,3 +185,41 @@ def test_header_states_profile_provenance_and_problems(results):
 def test_delta_class_bands():
     assert [delta_class(d) for d in (None, 0.5, -0.99, 1.0, -2.5, 3.0, -10)] == \
         ["none", "close", "close", "near", "near", "far", "far"]
+
+
+def _build(results: Path, out: Path, pdf: bool) -> dict:
+    from lpdl_core.report.build import build_report
+    lines: list[str] = []
+    r = build_report(results, out, paper_dir=PAPER, tables=["table2", "fig1"], pdf=pdf, log=lines.append)
+    r["log"] = lines
+    return r
+
+
+def test_build_report_end_to_end(results, tmp_path):
+    write_run(results, "fig1-resnet20-dring8-c0-s0.8-choco-fp32-bn", 1, 50.0)
+    r = _build(results, tmp_path / "report", pdf=False)
+    html = Path(r["html"]).read_text()
+    assert r["pdf"] is None and "PDF disabled" in html
+    assert r["tables"] == ["table2", "fig1"]
+    assert "fig1-norm-curves" in r["figures"] and "fig3-cost" in r["figures"]
+    assert "diverged (epoch 1)" in html and html.count(">missing<") == 124 + 3
+    assert "NOT a reproduction" in html and "data:image/png;base64," in html
+    claims = json.loads(Path(r["claims_json"]).read_text())
+    assert [c["number"] for c in claims] == [1, 2, 3, 4, 5, 6]
+    assert claims[0]["verdict"] == "not enough cells"
+    tex = (tmp_path / "report" / "report.tex").read_text()
+    assert r"\input{tables/table2" in tex and (tmp_path / "report" / "tables" / "table2.tex").exists()
+    assert any(line.startswith("claim 6:") for line in r["log"])
+
+
+@pytest.mark.slow
+def test_build_report_pdf(results, tmp_path):
+    """The whole report through pdflatex (CI installs LaTeX; elsewhere skipped without it)."""
+    import os
+    import shutil
+    if shutil.which("latexmk") is None and os.environ.get("CI") != "true":
+        pytest.skip("latexmk not installed")
+    r = _build(results, tmp_path / "report", pdf=True)
+    assert r["pdf"] is not None, r["pdf_message"]
+    assert Path(r["pdf"]).read_bytes().startswith(b"%PDF")
+    assert "report.pdf" in Path(r["html"]).read_text()

@@ -100,8 +100,9 @@ def _cell(e: Entry | None) -> str:
     if e is None:
         return '<td class="absent" title="no such cell in the paper">&mdash;</td>'
     cid = _e(e.cell_id)
-    if e.status == "missing":
-        return f'<td class="missing" title="{cid}: no result">missing</td>'
+    if e.status == "missing":  # the paper's number for reference; the reproduction is never filled
+        paper = f'<div class="paper">paper {_num(e.paper)}</div>' if e.paper is not None else ""
+        return f'<td class="missing" title="{cid}: no result"><div>missing</div>{paper}</td>'
     if e.status == "diverged":
         when = _epochs(e.diverged_at)
         label = f"diverged ({_e(when)})" if when else "diverged"

@@ -64,7 +64,7 @@ def _cell(e: Entry | None) -> str:
         return ""
     paper = _num(e.paper) if e.paper is not None else "?"
     if e.status == "missing":
-        return "--"
+        return f"-- / {paper}"
     if e.status == "diverged":
         return f"div. / {paper}"
     rep = _num(e.reproduced) if e.reproduced is not None else "?"
