@@ -190,3 +190,26 @@ def test_layers_under_vmap_equal_loop():
             assert torch.allclose(g_vmap[k][i], p_i[k].grad, atol=1e-5), k
     # running ranges were updated per node in place under vmap
     assert buffers["0.quantize_input.running_min"].ne(0).all()
+
+
+def test_eager_apply_equals_function_apply():
+    """eager_apply (no per-call argument binding) == the setup_context Function it wraps, in
+    outputs and gradients; under vmap it defers to the Function (its generated vmap rule)."""
+    from lpdl_core.quant.layers import _BifurcatedConv
+    from lpdl_core.quant.quantizer import eager_apply
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    w = torch.randn(4, 3, 3, 3)
+    args = ((1, 1), (1, 1), (1, 1), 1, 8, "nearest")
+    grads = []
+    for apply in (_BifurcatedConv.apply, eager_apply(_BifurcatedConv)):
+        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = apply(xi, wi, None, *args)
+        y.square().sum().backward()
+        grads.append((y.detach(), xi.grad, wi.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    fast = eager_apply(_BifurcatedConv)
+    ys = torch.func.vmap(lambda xb: fast(xb, w, None, *args))(x.unsqueeze(1))
+    assert torch.equal(ys.squeeze(1), grads[0][0])

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .quantizer import QuantCfg, fake_quant, quantize, quantize_grad
+from .quantizer import QuantCfg, eager_apply, fake_quant, quantize, quantize_grad
 
 
 class QuantMeasure(nn.Module):
@@ -114,6 +114,10 @@ class _BifurcatedLinear(torch.autograd.Function):
         return gx, gw, gb, None, None
 
 
+_conv_apply = eager_apply(_BifurcatedConv)
+_linear_apply = eager_apply(_BifurcatedLinear)
+
+
 class _QuantizedOperands:
     """Shared by QConv2d/QLinear: 8-bit input (measured range), weight and bias (own range)."""
 
@@ -135,8 +139,8 @@ class QConv2d(_QuantizedOperands, nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qx, qw, qb = self.quantized_operands(x)
-        return _BifurcatedConv.apply(qx, qw, qb, self.stride, self.padding, self.dilation,
-                                     self.groups, self.qcfg.grad_bits, self.qcfg.grad_rounding)
+        return _conv_apply(qx, qw, qb, self.stride, self.padding, self.dilation,
+                           self.groups, self.qcfg.grad_bits, self.qcfg.grad_rounding)
 
 
 class QLinear(_QuantizedOperands, nn.Linear):
@@ -149,7 +153,7 @@ class QLinear(_QuantizedOperands, nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qx, qw, qb = self.quantized_operands(x)
-        return _BifurcatedLinear.apply(qx, qw, qb, self.qcfg.grad_bits, self.qcfg.grad_rounding)
+        return _linear_apply(qx, qw, qb, self.qcfg.grad_bits, self.qcfg.grad_rounding)
 
 
 class Add(nn.Module):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .quantizer import fake_quant
+from .quantizer import eager_apply, fake_quant
 
 
 class _RangeEvoNormFn(torch.autograd.Function):
@@ -81,7 +81,10 @@ class _RangeEvoNormFn(torch.autograd.Function):
         return gx, gv, gwt, g.sum(dims, keepdim=True), None, None, None, None, None
 
 
+_apply = eager_apply(_RangeEvoNormFn)
+
+
 def range_evonorm(x: torch.Tensor, v: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, groups: int,
                   chunks: int, c: float, eps: float, bits: int = 0) -> torch.Tensor:
     """y = x·h(v·x)·Q(s)·w + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1)."""
-    return _RangeEvoNormFn.apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
+    return _apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
