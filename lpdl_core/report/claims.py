@@ -102,10 +102,6 @@ def _cost_claim(cost: dict | None) -> Claim:
     c, m = cost["compute_ratio"], cost["memory_ratio"]
     evidence = (f"analytic cost model for {cost.get('model', 'ResNet-20')}: compute {c:.2f}x, memory "
                 f"{m:.2f}x lower in LP as implemented ({cost.get('assumption', '')})")
-    all8 = cost.get("ratios", {})
-    if "compute_all8" in all8:
-        evidence += (f"; if the weight gradients were 8-bit too: compute {all8['compute_all8']:.2f}x, "
-                     f"memory {all8['memory_all8']:.2f}x")
     return Claim(number=6, text=text, verdict="holds" if min(c, m) >= 3 else "does not hold",
                  cells=1, evidence=evidence)
 
