@@ -161,7 +161,7 @@ def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path
 
     # the jobs really went through SLURM: submitted, logged by SLURM, and known to the controller
     jobids = re.findall(r"has been submitted with SLURM jobid (\d+)", text)
-    assert len(set(jobids)) == 3, text[-4000:]  # 2 train + 1 aggregate
+    assert len(set(jobids)) == 2, text[-4000:]  # 2 train; aggregate and report are local rules
     logs = list((repo / "results/slurm-logs").rglob("*.log"))
     assert {p.stem for p in logs} >= set(jobids), logs
     assert len([p for p in logs if "rule_train" in str(p)]) == 2, logs
@@ -185,4 +185,5 @@ def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path
         assert got["bytes_per_node"] == ref["bytes_per_node"], cell
     table = (repo / "results/mini/tables/table3.csv").read_text().splitlines()
     assert len(table) == 3 and not any(",missing," in l for l in table)
-    print(f"SLURM run of 2 cells + aggregate: {elapsed:.0f}s")
+    assert "2 of 2 cells with results" in (repo / "results/mini/logs/report.log").read_text()
+    print(f"SLURM run of 2 cells + aggregate + report: {elapsed:.0f}s")
