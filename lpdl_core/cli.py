@@ -114,18 +114,36 @@ def _cmd_train(a: argparse.Namespace) -> int:
         raise ValueError(f"unknown cell {a.cell!r} (see `lpdl cells`)")
     t0 = time.time()
 
-    def progress(ev: dict) -> None:  # one log line per epoch with an ETA
+    # in a terminal: a progress bar over epochs; always: one log line per epoch with an ETA
+    bar = None
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        bar = tqdm(total=None, unit="epoch", desc=a.cell, file=sys.stderr, leave=False)
+    say = (lambda line: bar.write(line)) if bar is not None else (lambda line: print(line, flush=True))
+
+    def progress(ev: dict) -> None:
         if ev["event"] == "resumed":
-            print(f"[{a.cell}] resuming at epoch {ev['epoch']}/{ev['epochs']}", flush=True)
+            say(f"[{a.cell}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
+            if bar is not None:
+                bar.reset(total=ev["epochs"])
+                bar.update(ev["epoch"])
         elif ev["event"] == "epoch":
             done = ev["epoch"] + 1
             eta = (time.time() - t0) / max(done, 1) * (ev["epochs"] - done)
-            print(f"[{a.cell}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
-                  f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
-                  f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s", flush=True)
+            say(f"[{a.cell}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
+                f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
+                f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s")
+            if bar is not None:
+                bar.total = ev["epochs"]
+                bar.set_postfix(loss=f"{ev['train_loss']:.3f}", acc=f"{ev['mean_acc']:.1f}")
+                bar.update(done - bar.n)
 
-    m = run_cell(cells[a.cell], a.out, a.profile, seed=a.seed, fidelity=_fidelity(a.fidelity),
-                 device=a.device, executor=a.executor, data_root=a.data_root, progress=progress)
+    try:
+        m = run_cell(cells[a.cell], a.out, a.profile, seed=a.seed, fidelity=_fidelity(a.fidelity),
+                     device=a.device, executor=a.executor, data_root=a.data_root, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
     f = m["final"]
     print(f"[{a.cell}] {m['status']}: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
           f"({m['wall_time_s']:.1f}s) -> {a.out}", flush=True)

@@ -148,3 +148,16 @@ def test_none_without_runs():
     assert F.bytes_vs_accuracy(data) is None
     assert F.consensus_curves(data) is None
     assert F.node_spread(data) is None
+
+
+def test_fig3_caption_says_whether_memory_was_measured(monkeypatch):
+    import lpdl_core.report.cost as cost_mod
+    from lpdl_core.report.figures import _measured_memory_note
+
+    counts = {"model": "resnet20", "batch": 32, "dataset": "cifar"}
+    monkeypatch.setattr(cost_mod, "measured_peak_memory_mb", lambda *a, **k: None)
+    assert "no peak memory was measured" in _measured_memory_note(counts)
+    monkeypatch.setattr(cost_mod, "measured_peak_memory_mb",
+                        lambda m, p, b, dataset: {"fp": 198.7, "lp": 132.5}[p])
+    note = _measured_memory_note(counts)
+    assert "FP 198.7 MB" in note and "LP 132.5 MB" in note

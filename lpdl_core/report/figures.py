@@ -174,8 +174,21 @@ def fig3_cost(data: ReportData | None = None, cost: dict | None = None) -> Figur
                 f"{r['memory']:.2f}x lower than FP; with everything 8-bit (the assumption behind the "
                 f"paper's ~4x) {r['compute_all8']:.2f}x and {r['memory_all8']:.2f}x. The paper reports ~4x "
                 f"compute and 3.5x memory.")
+        text += _measured_memory_note(c)
         return render(fig, "fig3-cost", "Figure 3: memory and compute, FP vs LP",
                       caption(data, text, runs=False))
+
+
+def _measured_memory_note(counts: dict) -> str:
+    """Measured peak CUDA memory of one forward + backward, where a GPU exists (else nothing)."""
+    from .cost import measured_peak_memory_mb
+    fp = measured_peak_memory_mb(counts["model"], "fp", counts["batch"], dataset=counts["dataset"])
+    if fp is None:
+        return " No GPU was present when this report was built, so no peak memory was measured."
+    lp = measured_peak_memory_mb(counts["model"], "lp", counts["batch"], dataset=counts["dataset"])
+    return (f" Measured peak CUDA memory of one forward + backward on this machine: FP {fp:.1f} MB, "
+            f"LP {lp:.1f} MB (8-bit is simulated in float32, so this compares which tensors the "
+            f"layers keep, not 8-bit storage).")
 
 
 def all_figures(data: ReportData, cost: dict | None = None) -> list[Figure]:
