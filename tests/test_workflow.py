@@ -32,10 +32,18 @@ def test_dry_run_has_every_paper_cell():
     counts = {l.split()[0]: int(l.split()[1]) for l in p.stdout.splitlines() if l[:1].isalpha() and len(l.split()) == 2
               and l.split()[1].isdigit()}
     assert counts["train"] == 14 + 128 + 16 + 16 + 48 + 4 and counts["aggregate"] == 6
+    assert counts["report"] == 1 and counts["all"] == 1
+
+
+def test_paper_profile_dry_run_writes_its_report_apart():
+    p = _smk(ROOT, "-n", "--forceall", "--nolock", "--configfile", "config/paper.yaml")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "report/paper/report.html" in p.stdout and "results/paper/tables/table5.csv" in p.stdout
 
 
 @pytest.mark.parametrize("bad,key", [("profile=foo", "profile"), ("seeds=[-1]", "seeds/0"),
-                                     ("tables=[table9]", "tables/0")])
+                                     ("tables=[table9]", "tables/0"),
+                                     ("report_dir='a b'", "report_dir")])
 def test_bad_config_is_one_line_before_any_job(bad, key):
     p = _smk(ROOT, "-n", "--config", bad)
     assert p.returncode != 0
