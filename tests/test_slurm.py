@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_copy import copy_repo
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,9 +120,6 @@ def slurm_cluster():
             assert s.returncode == 0, s.stderr
 
 
-def _copy_repo(dst: Path) -> Path:
-    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__"))
-    return dst
 
 
 def _small_paper_dir(dst: Path, n: int = 2) -> None:
@@ -136,7 +134,7 @@ def _small_paper_dir(dst: Path, n: int = 2) -> None:
 
 @pytest.mark.slow
 def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path):
-    repo = _copy_repo(tmp_path / "repo")
+    repo = copy_repo(tmp_path / "repo")
     _small_paper_dir(repo / "small")
     prefix = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())["slurm-jobname-prefix"] + "_"
     out_log = tmp_path / "snakemake.out"

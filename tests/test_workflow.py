@@ -1,7 +1,6 @@
 """The Snakemake workflow: config validation, the full DAG, and resume after kill -9."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -9,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from repo_copy import copy_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -16,9 +16,6 @@ SNAKEMAKE = str(BIN / "snakemake")
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
-def _copy_repo(dst: Path) -> Path:
-    shutil.copytree(ROOT, dst, ignore=shutil.ignore_patterns(".venv", ".git", "results", ".snakemake", "__pycache__"))
-    return dst
 
 
 def _smk(cwd, *args, timeout=600, **kw):
@@ -60,7 +57,7 @@ def _small_paper_dir(dst: Path, n: int = 2) -> None:
 
 @pytest.mark.slow
 def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_path):
-    repo = _copy_repo(tmp_path / "repo")
+    repo = copy_repo(tmp_path / "repo")
     _small_paper_dir(repo / "small")
     cfg = ["--config", "paper_dir=small", "tables=[table3]"]
     runs = repo / "results/mini/runs"
@@ -103,3 +100,8 @@ def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_p
     assert resumed["final"] == ref["final"] and resumed["bytes_per_node"] == ref["bytes_per_node"]
     table = (repo / "results/mini/tables/table3.csv").read_text().splitlines()
     assert len(table) == 3 and not any(",missing," in l for l in table)
+    # the pipeline ended with the report, which Snakemake's own --report also packages
+    assert "2 of 2 cells with results" in (repo / "results/mini/logs/report.log").read_text()
+    assert (repo / "report/report.html").stat().st_size > 0
+    p = _smk(repo, "--report", str(tmp_path / "smk-report.zip"), *cfg)
+    assert p.returncode == 0 and (tmp_path / "smk-report.zip").stat().st_size > 0, p.stderr[-2000:]

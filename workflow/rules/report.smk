@@ -4,7 +4,7 @@ rule report:
     input:
         expand("results/{profile}/tables/{table}.csv", profile=PROFILE, table=config["tables"]),
     output:
-        html=REPORT_DIR + "/report.html",
+        html=report(REPORT_DIR + "/report.html", caption="../report/lpdl.rst", category="lpdl report"),
         tex=REPORT_DIR + "/report.tex",
         claims=REPORT_DIR + "/claims.json",
     log:
