@@ -223,3 +223,15 @@ def test_build_report_pdf(results, tmp_path):
     assert r["pdf"] is not None, r["pdf_message"]
     assert Path(r["pdf"]).read_bytes().startswith(b"%PDF")
     assert "report.pdf" in Path(r["html"]).read_text()
+
+
+def test_a_failing_figure_is_reported_not_fatal(results, tmp_path, monkeypatch):
+    import lpdl_core.report.figures as figures
+    def broken(data, table="table2"):
+        raise ValueError("no axes today")
+    monkeypatch.setattr(figures, "accuracy_vs_skew", broken)
+    r = _build(results, tmp_path / "report", pdf=False)
+    html = Path(r["html"]).read_text()
+    assert "Figure not drawn: accuracy vs skew (table2): ValueError: no axes today" in html
+    assert "fig3-cost" in r["figures"] and "acc-vs-skew-table2" not in r["figures"]
+    assert any("figure failed: accuracy vs skew (table2)" in line for line in r["log"])

@@ -22,14 +22,22 @@ from .header import build_header
 from .model import Figure, ReportData
 
 
-def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure], dict | None]:
+def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure], dict | None, list[str]]:
+    """The figures, Figure 3's cost data, and the figures that failed (with why)."""
     from .cost import training_cost
     from .figures import all_figures
     t0 = time.perf_counter()
-    cost = training_cost()
-    figs = all_figures(data, cost)
+    errors: list[str] = []
+    try:
+        cost = training_cost()
+    except Exception as e:  # noqa: BLE001  (claim 6 then has no data; the report says why)
+        cost = None
+        errors.append(f"Figure 3 cost model: {type(e).__name__}: {e}")
+    figs = all_figures(data, cost, errors=errors)
     log(f"figures: {len(figs)} in {time.perf_counter() - t0:.1f}s")
-    return figs, cost
+    for err in errors:
+        log(f"figure failed: {err}")
+    return figs, cost, errors
 
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
@@ -48,9 +56,12 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     done = sum(len(v) for v in data.runs.values())
     log(f"report: profile {data.profile}, {len(data.runs)} of {len(data.cells)} cells with results "
         f"({done} runs)")
-    figs, cost = _figures(data, log)
+    figs, cost, fig_errors = _figures(data, log)
     claims = check_claims(data, cost)
     header = build_header(data, generated_by=provenance())
+    if fig_errors:
+        header = replace(header, warnings=header.warnings + tuple(
+            f"Figure not drawn: {e}" for e in fig_errors))
     ptables = paper_tables(data)
     written = write_latex(out, header, ptables, claims, figs)
     if pdf:

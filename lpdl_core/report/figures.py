@@ -191,9 +191,29 @@ def _measured_memory_note(counts: dict) -> str:
             f"layers keep, not 8-bit storage).")
 
 
-def all_figures(data: ReportData, cost: dict | None = None) -> list[Figure]:
-    """Every figure with data, in a fixed order. cost: a training_cost() result to reuse."""
-    figs = [fig1_norm_curves(data), *partition_figures(data), fig3_cost(data, cost)]
-    figs += [accuracy_vs_skew(data, t) for t in ("table2", "table3", "table4", "table5")]
-    figs += [bytes_vs_accuracy(data), consensus_curves(data), node_spread(data)]
+def all_figures(data: ReportData, cost: dict | None = None,
+                errors: list[str] | None = None) -> list[Figure]:
+    """Every figure with data, in a fixed order. cost: a training_cost() result to reuse.
+
+    errors: when given, a figure that raises is left out and "<figure>: <error>" is appended, so
+    one broken plot cannot cost the user the whole report (the report lists the failures);
+    without it, exceptions propagate.
+    """
+    builders = [("Figure 1", lambda: [fig1_norm_curves(data)]),
+                ("Figures 2, 5-7", lambda: partition_figures(data)),
+                ("Figure 3", lambda: [fig3_cost(data, cost)])]
+    builders += [(f"accuracy vs skew ({t})", lambda t=t: [accuracy_vs_skew(data, t)])
+                 for t in ("table2", "table3", "table4", "table5")]
+    builders += [("bytes vs accuracy", lambda: [bytes_vs_accuracy(data)]),
+                 ("consensus distance", lambda: [consensus_curves(data)]),
+                 ("per-node spread", lambda: [node_spread(data)])]
+    figs: list[Figure | None] = []
+    for name, build in builders:
+        if errors is None:
+            figs += build()
+            continue
+        try:
+            figs += build()
+        except Exception as e:  # noqa: BLE001  (reported in the report, not swallowed)
+            errors.append(f"{name}: {type(e).__name__}: {e}")
     return [f for f in figs if f is not None]
