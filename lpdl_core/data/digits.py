@@ -57,7 +57,7 @@ def _split_8x8(test_fraction: float, seed: int):
     try:
         with np.load(cache) as z:
             return z["xtr"], z["xte"], z["ytr"], z["yte"]
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError):  # no or unreadable cache: rebuild it below
         pass
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split

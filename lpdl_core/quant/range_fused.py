@@ -29,12 +29,18 @@ import torch
 from .quantizer import eager_apply, fake_quant
 
 
+def _scale_groups(a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """a (B, C, H, W) times s (B, G), one factor per sample and channel group."""
+    B, G = s.shape
+    return (a.reshape(B, G, -1) * s.unsqueeze(-1)).reshape(a.shape)
+
+
 class _RangeEvoNormFn(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int):
-        B, C, H, W = x.shape
+        B = x.shape[0]
         t = x * v
         h = torch.clamp(t / 6 + 0.5, min=0.0, max=1.0)
         y = x.reshape(B, groups, chunks, -1)
@@ -44,8 +50,7 @@ class _RangeEvoNormFn(torch.autograd.Function):
         s = 1 / (r * c + eps)
         sq = fake_quant(s, bits) if bits else s
         n = x * h
-        ns = (n.reshape(B, groups, -1) * sq.unsqueeze(-1)).reshape(B, C, H, W)
-        return ns * w + b, s, sq, imx, imn
+        return _scale_groups(n, sq) * w + b, s, sq, imx, imn
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -67,7 +72,7 @@ class _RangeEvoNormFn(torch.autograd.Function):
         gw_n = g * w                                                       # dL/d(n·sq)
         gs = (gw_n * n).reshape(B, G, -1).sum(-1)                          # dL/dsq = dL/ds (STE)
         gr = gs * (-ctx.c) * s * s / K                                     # per chunk max/min
-        gn = (gw_n.reshape(B, G, -1) * sq.unsqueeze(-1)).reshape(B, C, H, W)
+        gn = _scale_groups(gw_n, sq)
         hp = ((u >= 0) & (u <= 1)).to(x.dtype) / 6
         gt = gn * x * hp                                                   # dL/dt
         gx = gn * h + gt * v
@@ -77,7 +82,7 @@ class _RangeEvoNormFn(torch.autograd.Function):
         gx = gx + grid.reshape(B, C, H, W)
         dims = (0, 2, 3)
         gv = (gt * x).sum(dims, keepdim=True)
-        gwt = (g * n.reshape(B, G, -1).mul(sq.unsqueeze(-1)).reshape(B, C, H, W)).sum(dims, keepdim=True)
+        gwt = (g * _scale_groups(n, sq)).sum(dims, keepdim=True)
         return gx, gv, gwt, g.sum(dims, keepdim=True), None, None, None, None, None
 
 

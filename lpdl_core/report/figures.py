@@ -13,6 +13,7 @@ from .figures_runs import accuracy_vs_skew, bytes_vs_accuracy, consensus_curves,
 from .figures_style import (NORM_NAME, OKABE_ITO, PREC_STYLE, caption, epoch_axis, grid, new_figure,
                             render, seed_mean, style)
 from .model import Figure, ReportData
+from .tables import DATASET_NAMES
 
 __all__ = ["fig1_norm_curves", "class_sizes", "partition_histograms", "partition_figures",
            "fig3_cost", "accuracy_vs_skew", "bytes_vs_accuracy", "consensus_curves", "node_spread",
@@ -28,7 +29,6 @@ PARTITION_FIGURES = (
     ("fig7-partition-sentlen", "Figure 7", "sentlen", ((4, 0.0), (4, 0.5), (4, 0.9))),
 )
 SENTLEN_TRAIN, SENTLEN_CLASSES = 100_000, 6  # paper Sec. 4.2: 100,000 train samples, 6 bins
-DATASET_NAME = {"cifar10": "CIFAR-10", "imagenette": "Imagenette", "agnews": "AG News", "sentlen": "Sentlen"}
 # Paul Tol's "muted" palette (colour-blind safe), one colour per class
 CLASS_COLORS = ("#332288", "#88CCEE", "#44AA99", "#117733", "#999933", "#DDCC77", "#CC6677",
                 "#882255", "#AA4499", "#DDDDDD")
@@ -112,7 +112,7 @@ def _partition_figure(data, name, paper_fig, dataset, panels) -> Figure:
         fig.legend(handles, labels, loc="outside right center")
         unused = {f"{n} nodes, skew {s:g}": sum(sizes) - int(h.sum()) for (n, s), h in hists.items()}
         unused_txt = "; ".join(f"{k}: {v}" for k, v in unused.items() if v)
-        text = (f"{paper_fig}: class distribution of {DATASET_NAME[dataset]}'s training set across nodes "
+        text = (f"{paper_fig}: class distribution of {DATASET_NAMES[dataset]}'s training set across nodes "
                 f"(stacked bars: samples of each class on each node), computed exactly with "
                 f"lpdl_core.partition.skew_partition (the official skew scheme, seed {PARTITION_SEED}) "
                 f"on class-sorted labels with {len(sizes)} classes, {sum(sizes):,} samples.")
@@ -121,7 +121,7 @@ def _partition_figure(data, name, paper_fig, dataset, panels) -> Figure:
                      " exist), so the counts are illustrative.")
         if unused_txt:
             text += f" Samples left unused by the official integer truncation: {unused_txt}."
-        title = f"{paper_fig}: {DATASET_NAME[dataset]} partition"
+        title = f"{paper_fig}: {DATASET_NAMES[dataset]} partition"
         return render(fig, name, title, caption(data, text, runs=False))
 
 

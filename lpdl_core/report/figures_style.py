@@ -12,6 +12,7 @@ from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .model import Figure, ReportData  # noqa: E402
+from .tables import NORM_NAMES  # noqa: E402
 
 DPI = 120
 OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
@@ -28,8 +29,7 @@ PREC_STYLE = {"fp32": "-", "int8": "--"}
 PREC_MARKER = {"fp32": "o", "int8": "s"}
 PREC_NAME = {"fp32": "FP (32-bit)", "int8": "LP (8-bit)"}
 COMP_COLOR = {0: OKABE_ITO[2], 90: OKABE_ITO[3], 99: OKABE_ITO[4]}
-NORM_NAME = {"bn": "BatchNorm", "gn": "GroupNorm", "evonorm": "EvoNorm-S0", "range-bn": "Range BN",
-             "range-evonorm": "Range EvoNorm (8-bit)", "range-evonorm-fp": "Range EvoNorm (FP)"}
+NORM_NAME = NORM_NAMES  # one set of display names for tables and figures
 MINI_NOTE = ("Mini profile: stand-in data and small models, so these are not the paper's numbers "
              "(each run records its mapping).")
 

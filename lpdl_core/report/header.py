@@ -6,8 +6,10 @@ describes the results it sits above, not the machine that renders it.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import asdict
 from datetime import datetime, timezone
 
+from ..runcell import Fidelity
 from .model import Header, ReportData
 
 PROFILE_NOTES = {
@@ -18,8 +20,7 @@ PROFILE_NOTES = {
     "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
               "compare like with like; cells still running or never run are shown as missing."),
 }
-FIDELITY_DEFAULTS = {"official_quant": False, "choco_form": "paper", "choco_replicas": "per-neighbour",
-                     "bytes_metric": "exact"}
+FIDELITY_DEFAULTS = asdict(Fidelity())  # the paper's text, as every run defaults to
 FIDELITY_MEANING = {
     "official_quant": {False: "paper text (QuantMeasure ranges are buffers; nearest rounding at eval)",
                        True: "official code (ranges gossiped as parameters; stochastic rounding in "
