@@ -28,7 +28,7 @@ from torch import nn
 
 from .layers import QuantMeasure
 from .quantizer import QuantCfg, quantize, quantize_grad
-from .range_fused import range_evonorm
+from .range_fused import group_scale, range_evonorm
 
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
 ACTIVATIONS = ("hardsigmoid", "sigmoid")
@@ -179,7 +179,7 @@ class RangeEvoNorm(nn.Module):
         scale = 1 / (r * range_scale_fix(m) + self.eps)
         if q is not None:
             scale = quantize(scale, q.bits)  # one range over all B×G entries
-        out = (n.reshape(B, G, -1) * scale.unsqueeze(-1)).reshape(B, C, H, W) * w + b
+        out = n * group_scale(scale, w) + b  # n·(scale ⊗ γ) + β, as the fused op
         if q is not None:
             out = quantize_grad(out, q.grad_bits, q.grad_rounding)
         return out

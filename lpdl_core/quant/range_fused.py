@@ -3,24 +3,32 @@ r"""Range EvoNorm's arithmetic as one autograd node with a hand-written backward
 Same formula as :class:`~lpdl_core.quant.norms.RangeEvoNorm` (hard-sigmoid gate):
 
 .. math::
-    t = x v,\quad h = \mathrm{clamp}(t/6 + 1/2, 0, 1),\quad n = x h,\quad
+    t = x v,\quad u = t/6 + 1/2,\quad h = \mathrm{clamp}(u, 0, 1),\quad n = x h,\quad
     r_{b,g} = \overline{\max}_k - \overline{\min}_k,\quad s = \frac{1}{c\,r + \epsilon},\quad
-    y = n\,Q(s)\,w + \beta
+    y = n\,\big(Q(s)\otimes w\big) + \beta
 
-with Q the per-tensor 8-bit nearest quantizer (straight-through) or the identity. The composed
-version records about 20 autograd nodes per layer; on a CPU their per-op overhead, not the
-arithmetic, dominated the small models' 8-bit step. The backward below is the chain rule of the
-same ops, with the same tie rule as autograd: the max/min gradient goes to the element `max(-1)`
-returned, and clamp passes gradient on its closed interval [0, 1].
+with Q the per-tensor 8-bit nearest quantizer (straight-through) or the identity, and
+(Q(s) ⊗ w)_{b,c} = Q(s)_{b,g(c)} w_c one factor per sample and channel. The composed version
+records about 20 autograd nodes per layer; on a CPU their per-op overhead and memory passes, not
+the arithmetic, dominated the small models' 8-bit step. The backward below is the chain rule of
+the same ops in 13 passes over the activation, with autograd's rules at the edges: the max/min
+gradient goes to the element `max(-1)`/`min(-1)` returned (the first on ties), and clamp passes
+gradient on its closed interval u ∈ [0, 1].
 
 .. math::
-    \bar g = g\,w\,Q(s),\quad
-    \frac{\partial L}{\partial s_{b,g}} = \sum_{i\in(b,g)} g_i w_i n_i,\quad
-    \frac{\partial L}{\partial r} = -c\,s^2\,\frac{\partial L}{\partial s},\quad
-    \frac{\partial L}{\partial x} = \bar g\,(h + t\,h') + \text{scatter}_{\arg\max}\!\Big(\tfrac{1}{K}\tfrac{\partial L}{\partial r}\Big)
-        - \text{scatter}_{\arg\min}\!\Big(\tfrac{1}{K}\tfrac{\partial L}{\partial r}\Big)
+    \bar g = g\,(Q(s)\otimes w),\quad
+    \frac{\partial L}{\partial t} = \tfrac16\,\bar g\,x\,[0 \le u \le 1],\quad
+    P_{b,c} = \sum_{hw} g\,n,\quad
+    \frac{\partial L}{\partial s_{b,g}} = \sum_{c\in g} P_{b,c}\,w_c,\quad
+    \frac{\partial L}{\partial w_c} = \sum_b P_{b,c}\,Q(s)_{b,g(c)},\quad
+    \frac{\partial L}{\partial r} = -c\,s^2\,\frac{\partial L}{\partial s}
 
-with h' = 1/6 on the clamp's linear part, and ∂L/∂v = Σ ḡ x² h', ∂L/∂w = Σ g n Q(s), ∂L/∂β = Σ g.
+.. math::
+    \frac{\partial L}{\partial x} = \bar g\,h + \frac{\partial L}{\partial t}\,v
+        + \text{scatter}_{\arg\max}\!\Big(\tfrac{1}{K}\tfrac{\partial L}{\partial r}\Big)
+        - \text{scatter}_{\arg\min}\!\Big(\tfrac{1}{K}\tfrac{\partial L}{\partial r}\Big),\quad
+    \frac{\partial L}{\partial v} = \sum \frac{\partial L}{\partial t}\,x,\quad
+    \frac{\partial L}{\partial \beta} = \sum g
 """
 from __future__ import annotations
 
@@ -28,11 +36,18 @@ import torch
 
 from .quantizer import eager_apply, fake_quant
 
+# hardtanh_backward(g, u, lo, hi) keeps g where lo < u < hi. With lo just below 0 and hi the
+# float32 successor of 1 that is exactly clamp's closed interval 0 <= u <= 1: u = fl(t/6) + 0.5
+# is either 0 or at least 2^-26 in magnitude (Sterbenz: the sum near 0 is exact), so no u lies
+# in [lo, 0).
+_LO, _HI = -1e-30, 1.0000001192092896
 
-def _scale_groups(a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """a (B, C, H, W) times s (B, G), one factor per sample and channel group."""
-    B, G = s.shape
-    return (a.reshape(B, G, -1) * s.unsqueeze(-1)).reshape(a.shape)
+
+def group_scale(sq: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(sq ⊗ w): sq (B, G) per sample and group, w (1, C, 1, 1) per channel -> (B, C, 1, 1)."""
+    B, G = sq.shape
+    C = w.shape[1]
+    return (sq.unsqueeze(-1) * w.reshape(1, G, C // G)).reshape(B, C, 1, 1)
 
 
 class _RangeEvoNormFn(torch.autograd.Function):
@@ -41,49 +56,42 @@ class _RangeEvoNormFn(torch.autograd.Function):
     @staticmethod
     def forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int):
         B = x.shape[0]
-        t = x * v
-        h = torch.clamp(t / 6 + 0.5, min=0.0, max=1.0)
+        u = (x * v).div_(6).add_(0.5)                                      # t/6 + 1/2
         y = x.reshape(B, groups, chunks, -1)
         mx, imx = y.max(-1)
         mn, imn = y.min(-1)
         r = mx.mean(-1) - mn.mean(-1)                                      # (B, G)
         s = 1 / (r * c + eps)
         sq = fake_quant(s, bits) if bits else s
-        n = x * h
-        return _scale_groups(n, sq) * w + b, s, sq, imx, imn
+        n = u.clamp(0.0, 1.0).mul_(x)                                      # x h
+        return n.mul_(group_scale(sq, w)).add_(b), s, sq, u, imx, imn
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
         x, v, w, _b, groups, chunks, c, _eps, _bits = inputs
-        _, s, sq, imx, imn = output
-        ctx.save_for_backward(x, v, w, s, sq, imx, imn)
+        _, s, sq, u, imx, imn = output
+        ctx.save_for_backward(x, v, w, s, sq, u, imx, imn)
         ctx.groups, ctx.chunks, ctx.c = groups, chunks, c
-        ctx.mark_non_differentiable(s, sq, imx, imn)
+        ctx.mark_non_differentiable(s, sq, u, imx, imn)
 
     @staticmethod
     def backward(ctx, g, *_unused):
-        x, v, w, s, sq, imx, imn = ctx.saved_tensors
+        x, v, w, s, sq, u, imx, imn = ctx.saved_tensors
         G, K = ctx.groups, ctx.chunks
-        B, C, H, W = x.shape
-        t = x * v
-        u = t / 6 + 0.5
-        h = torch.clamp(u, min=0.0, max=1.0)
-        n = x * h
-        gw_n = g * w                                                       # dL/d(n·sq)
-        gs = (gw_n * n).reshape(B, G, -1).sum(-1)                          # dL/dsq = dL/ds (STE)
-        gr = gs * (-ctx.c) * s * s / K                                     # per chunk max/min
-        gn = _scale_groups(gw_n, sq)
-        hp = ((u >= 0) & (u <= 1)).to(x.dtype) / 6
-        gt = gn * x * hp                                                   # dL/dt
-        gx = gn * h + gt * v
-        grid = torch.zeros_like(x).reshape(B, G, K, -1)
-        grid = grid.scatter_add(-1, imx.unsqueeze(-1), gr.unsqueeze(-1).expand(B, G, K).unsqueeze(-1))
-        grid = grid.scatter_add(-1, imn.unsqueeze(-1), -gr.unsqueeze(-1).expand(B, G, K).unsqueeze(-1))
-        gx = gx + grid.reshape(B, C, H, W)
-        dims = (0, 2, 3)
-        gv = (gt * x).sum(dims, keepdim=True)
-        gwt = (g * _scale_groups(n, sq)).sum(dims, keepdim=True)
-        return gx, gv, gwt, g.sum(dims, keepdim=True), None, None, None, None, None
+        B, C = x.shape[:2]
+        h = u.clamp(0.0, 1.0)
+        gn = g * group_scale(sq, w)                                        # dL/dn
+        gt = torch.ops.aten.hardtanh_backward(gn * x, u, _LO, _HI).div_(6)  # dL/dt
+        gx = torch.addcmul(gn.mul_(h), gt, v)                              # (addcmul_ has no vmap rule)
+        gv = gt.mul_(x).sum((0, 2, 3), keepdim=True)
+        P = h.mul_(x).mul_(g).sum((2, 3))                                  # (B, C): sum g n
+        gs = (P * w.reshape(1, C)).reshape(B, G, -1).sum(-1)               # dL/dsq = dL/ds (STE)
+        gwt = (P.reshape(B, G, -1) * sq.unsqueeze(-1)).sum(0).reshape(w.shape)
+        gr = (gs * (-ctx.c) * s * s / K).unsqueeze(-1).expand(B, G, K).unsqueeze(-1)
+        grid = gx.view(B, G, K, -1)                                        # gx is contiguous
+        grid.scatter_add_(-1, imx.unsqueeze(-1), gr)
+        grid.scatter_add_(-1, imn.unsqueeze(-1), -gr)
+        return gx, gv, gwt, g.sum((0, 2, 3), keepdim=True), None, None, None, None, None
 
 
 _apply = eager_apply(_RangeEvoNormFn)
@@ -91,5 +99,5 @@ _apply = eager_apply(_RangeEvoNormFn)
 
 def range_evonorm(x: torch.Tensor, v: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, groups: int,
                   chunks: int, c: float, eps: float, bits: int = 0) -> torch.Tensor:
-    """y = x·h(v·x)·Q(s)·w + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1)."""
+    """y = x·h(v·x)·(Q(s) ⊗ w) + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1)."""
     return _apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
