@@ -23,50 +23,55 @@ from .topology import Topology
 LP_OVER_FP_TARGET = 1.5
 
 
-def _time_steps(sim: Simulator, x: torch.Tensor, y: torch.Tensor, steps: int, warmup: int) -> list[float]:
-    cuda = sim.device.type == "cuda"
-    times = []
-    for i in range(warmup + steps):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-        else:
-            t0 = time.perf_counter()
+def _time_step(sim: Simulator, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Seconds of one training step of all nodes."""
+    if sim.device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
         sim.train_step(x, y, 0.01)
-        if cuda:
-            end.record()
-            torch.cuda.synchronize()
-            dt = start.elapsed_time(end) / 1e3
-        else:
-            dt = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(dt)
-    return times
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    sim.train_step(x, y, 0.01)
+    return time.perf_counter() - t0
 
 
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
                dataset: str = "cifar", precisions: tuple[str, ...] = ("fp", "lp")) -> dict:
-    """Median seconds per step for each precision, and the LP/FP ratio."""
+    """Median seconds per step for each precision, and the LP/FP ratio.
+
+    The precisions' steps are interleaved (FP step, LP step, FP step, ...), so a slow spell of a
+    shared machine slows both alike instead of skewing the ratio.
+    """
     size = input_size(model, dataset)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
-                 "steps": steps, "warmup": warmup, "executor": executor,
+                 "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
+    sims, times = {}, {}
+    gen = torch.Generator().manual_seed(0)
     for precision in precisions:
         qcfg = QuantCfg() if precision == "lp" else None
         make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
-        sim = Simulator(make, topology=Topology(name="directed-ring", n=nodes), gossip=GossipCfg(),
-                        engine=EngineCfg(executor=executor, device=device))
-        gen = torch.Generator().manual_seed(0)
-        x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)
-        y = torch.randint(0, 10, (nodes, batch), generator=gen).to(sim.device)
-        times = _time_steps(sim, x, y, steps, warmup)
-        out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
-        out["results"][precision] = {"median_s": statistics.median(times), "min_s": min(times),
-                                     "mean_s": statistics.fmean(times), "per_node_median_s":
-                                     statistics.median(times) / nodes, "params": sim.layout.d}
+        sims[precision] = Simulator(make, topology=Topology(name="directed-ring", n=nodes),
+                                    gossip=GossipCfg(), engine=EngineCfg(executor=executor, device=device))
+        times[precision] = []
+    sim = next(iter(sims.values()))
+    x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)
+    y = torch.randint(0, 10, (nodes, batch), generator=gen).to(sim.device)
+    for i in range(warmup + steps):
+        for precision, s in sims.items():
+            dt = _time_step(s, x, y)
+            if i >= warmup:
+                times[precision].append(dt)
+    out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
+    for precision, ts in times.items():
+        out["results"][precision] = {"median_s": statistics.median(ts), "min_s": min(ts),
+                                     "mean_s": statistics.fmean(ts), "per_node_median_s":
+                                     statistics.median(ts) / nodes, "params": sims[precision].layout.d}
     if "fp" in out["results"] and "lp" in out["results"]:
         ratio = out["results"]["lp"]["median_s"] / out["results"]["fp"]["median_s"]
         out["lp_over_fp"] = ratio
