@@ -43,6 +43,34 @@ def test_stochastic_unbiased_and_within_one_step():
     assert not torch.equal(samples[0], samples[1])  # it is random
 
 
+def test_stochastic_noise_scratch_grows_and_slices():
+    """The CPU noise buffers are reused across sizes (grown, then sliced): every size still gets
+    fresh, in-range, unbiased noise, including a small tensor right after a large one."""
+    from lpdl_core.quant import quantizer
+
+    torch.manual_seed(1)
+    lo, hi = torch.tensor(-1.0), torch.tensor(1.0)
+    step = 2.0 / 255
+    for n in (5000, 7, 101, 20001):
+        x = torch.rand(n) * 2 - 1
+        samples = torch.stack([fake_quant(x, 8, "stochastic", lo, hi) for _ in range(300)])
+        assert (samples - x).abs().max() < step + 1e-6
+        assert not torch.equal(samples[0], samples[1])
+        assert (samples.mean(0) - x).mean().abs() < 0.02 * step  # mean over elements and draws
+    words, lanes = quantizer._NOISE_SCRATCH[torch.float32]
+    assert lanes.numel() >= 20001 and words.numel() * 4 >= lanes.numel()
+
+
+def test_nearest_matches_banner_in_place_sequence():
+    """Bit for bit the official (Banner et al.) quantize-dequantize: add(-min).div(s).clamp(0, 255)
+    .round(), then mul(s).add(min) (two roundings, no fused multiply-add)."""
+    x = torch.randn(4, 3, 9, 9) * 5
+    mn, mx = x.min(), x.max()
+    s = ((mx - mn) / 255).clamp(min=1e-8)
+    ref = x.clone().add_(-mn).div_(s).clamp_(0, 255).round_().mul_(s).add_(mn)
+    assert torch.equal(fake_quant(x, 8), ref)
+
+
 def test_constant_tensor_is_exact_and_no_nan():
     x = torch.full((10,), 0.37)
     assert torch.allclose(fake_quant(x), x)

@@ -58,25 +58,42 @@ class QuantCfg:
             raise ValueError(f"quant.momentum must be in [0, 1), got {self.momentum}")
 
 
-def _functorch(t: torch.Tensor) -> bool:
+def functorch_wrapped(t: torch.Tensor) -> bool:
+    """True inside torch.func transforms (vmap/grad), where in-place ops may lack batching rules."""
     return torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
+# Reused CPU scratch for the rounding noise, grown to the largest tensor seen and sliced: fresh
+# activation-sized buffers cost more here (first-touch page faults) than refilling warm ones.
+_NOISE_SCRATCH: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _noise_scratch(k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 words, float lanes) buffers with room for k lanes."""
+    words, lanes = _NOISE_SCRATCH.get(dtype, (None, None))
+    if lanes is None or lanes.numel() < k:
+        words, lanes = torch.empty((k + 3) // 4, dtype=torch.int64), torch.empty(k, dtype=dtype)
+        _NOISE_SCRATCH[dtype] = words, lanes
+    return words[:(k + 3) // 4], lanes[:k]
 
 
 def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:
     """t += ξ with ξ ~ U[-1/2, 1/2) shaped like t, for stochastic rounding (in place).
 
     On CPU, torch.rand_like (one mt19937 draw per element, then a conversion pass) dominated the
-    8-bit step. Here one 64-bit draw feeds four int16 lanes k, added as k/2^16 in one pass: ξ is
-    uniform on the 2^16 values k/2^16 in [-1/2, 1/2), whose mean -2^-17 biases the rounding by
-    less than 2^-16 of a step, the float32 resolution of t near 255 itself. Under torch.func
-    transforms and on GPUs, rand_like is used (vmap needs its own random ops for per-node noise;
-    Philox on GPU is already cheap).
+    8-bit step. Here one 64-bit draw feeds four int16 lanes k, added as k/2^16: ξ is uniform on
+    the 2^16 values k/2^16 in [-1/2, 1/2), whose mean -2^-17 biases the rounding by less than
+    2^-16 of a step, the float32 resolution of t near 255 itself. Under torch.func transforms and
+    on GPUs, rand_like is used (vmap needs its own random ops for per-node noise; Philox on GPU
+    is already cheap).
     """
-    if t.device.type != "cpu" or _functorch(t):
+    if t.device.type != "cpu" or functorch_wrapped(t):
         return t.add_(torch.rand_like(t).sub_(0.5))
     k = t.numel()
-    bits = torch.empty((k + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)  # all 64 bits random
-    return t.add_(bits.view(torch.int16)[:k].view(t.shape), alpha=2.0 ** -16)
+    words, lanes = _noise_scratch(k, t.dtype)
+    words.random_(-2 ** 63, None)  # all 64 bits random
+    lanes.copy_(words.view(torch.int16)[:k])
+    return t.add_(lanes.view(t.shape), alpha=2.0 ** -16)
 
 
 def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
@@ -97,7 +114,7 @@ def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
     if rounding == "stochastic":
         t = _add_uniform_noise_(t)  # official order: noise, then clamp, then round
     # in place except under vmap, which has no batching rule for clamp_
-    t = t.clamp(0.0, levels) if _functorch(t) else t.clamp_(0.0, levels)
+    t = t.clamp(0.0, levels) if functorch_wrapped(t) else t.clamp_(0.0, levels)
     return t.round_().mul_(scale).add_(x_min)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from .quantizer import eager_apply, fake_quant
+from .quantizer import eager_apply, fake_quant, functorch_wrapped
 
 # hardtanh_backward(g, u, lo, hi) keeps g where lo < u < hi. With lo just below 0 and hi the
 # float32 successor of 1 that is exactly clamp's closed interval 0 <= u <= 1: u = fl(t/6) + 0.5
@@ -73,6 +73,7 @@ class _RangeEvoNormFn(torch.autograd.Function):
         ctx.save_for_backward(x, v, w, s, sq, u, imx, imn)
         ctx.groups, ctx.chunks, ctx.c = groups, chunks, c
         ctx.mark_non_differentiable(s, sq, u, imx, imn)
+        ctx.set_materialize_grads(False)  # else autograd allocates a zero gradient for u each step
 
     @staticmethod
     def backward(ctx, g, *_unused):
@@ -81,14 +82,20 @@ class _RangeEvoNormFn(torch.autograd.Function):
         B, C = x.shape[:2]
         h = u.clamp(0.0, 1.0)
         gn = g * group_scale(sq, w)                                        # dL/dn
-        gt = torch.ops.aten.hardtanh_backward(gn * x, u, _LO, _HI).div_(6)  # dL/dt
-        gx = torch.addcmul(gn.mul_(h), gt, v)                              # (addcmul_ has no vmap rule)
+        gt = gn * x
+        if functorch_wrapped(gt):  # vmap: out-of-place ops (no batching rules for the in-place ones)
+            gt = torch.ops.aten.hardtanh_backward(gt, u, _LO, _HI).div_(6)  # dL/dt
+            gx = torch.addcmul(gn.mul_(h), gt, v)
+        else:                      # eager: in place, fewer fresh activation-sized buffers
+            torch.ops.aten.hardtanh_backward.grad_input(gt, u, _LO, _HI, grad_input=gt).div_(6)
+            gx = gn.mul_(h).addcmul_(gt, v)
         gv = gt.mul_(x).sum((0, 2, 3), keepdim=True)
         P = h.mul_(x).mul_(g).sum((2, 3))                                  # (B, C): sum g n
         gs = (P * w.reshape(1, C)).reshape(B, G, -1).sum(-1)               # dL/dsq = dL/ds (STE)
         gwt = (P.reshape(B, G, -1) * sq.unsqueeze(-1)).sum(0).reshape(w.shape)
         gr = (gs * (-ctx.c) * s * s / K).unsqueeze(-1).expand(B, G, K).unsqueeze(-1)
-        grid = gx.view(B, G, K, -1)                                        # gx is contiguous
+        gx = gx.contiguous()                                               # no-op for NCHW
+        grid = gx.view(B, G, K, -1)
         grid.scatter_add_(-1, imx.unsqueeze(-1), gr)
         grid.scatter_add_(-1, imn.unsqueeze(-1), -gr)
         return gx, gv, gwt, g.sum((0, 2, 3), keepdim=True), None, None, None, None, None
