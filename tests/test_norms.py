@@ -373,3 +373,21 @@ def test_range_evonorm_fused_equals_composed_autograd(qcfg, shape):
     for name in ("v", "weight", "bias"):
         torch.testing.assert_close(getattr(fused, name).grad, getattr(composed, name).grad,
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_range_evonorm_fused_backward_leaves_saved_tensors_intact():
+    """The eager backward works in place on its own buffers only: a second backward through the
+    same graph (retain_graph) gives the same gradients, and the input is unchanged."""
+    torch.manual_seed(0)
+    norm = RangeEvoNorm(16, qcfg=QuantCfg(grad_rounding="nearest"))
+    with torch.no_grad():
+        norm.v.uniform_(-2, 2)
+    x = (torch.randn(4, 16, 8, 8) * 3).requires_grad_()
+    x0 = x.detach().clone()
+    y = norm(x)
+    g = torch.randn_like(y)
+    first = torch.autograd.grad(y, [x, norm.v, norm.weight, norm.bias], g, retain_graph=True)
+    second = torch.autograd.grad(y, [x, norm.v, norm.weight, norm.bias], g)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    assert torch.equal(x.detach(), x0)
