@@ -391,3 +391,19 @@ def test_range_evonorm_fused_backward_leaves_saved_tensors_intact():
     for a, b in zip(first, second):
         assert torch.equal(a, b)
     assert torch.equal(x.detach(), x0)
+
+
+@pytest.mark.parametrize("qcfg", [None, QuantCfg()], ids=["fp", "lp"])
+def test_range_evonorm_no_grad_forward_identical(qcfg):
+    """Evaluation (no autograd node, amax/amin instead of max/min with indices) gives exactly
+    the training forward's output."""
+    torch.manual_seed(0)
+    norm = RangeEvoNorm(16, qcfg=qcfg).eval()
+    with torch.no_grad():
+        norm.v.uniform_(-2, 2)
+        norm.bias.normal_()
+    x = torch.randn(4, 16, 8, 8) * 3
+    x[0, 0, 0, :3] = x[0, 0, 0, 3]  # ties
+    with torch.no_grad():
+        fast = norm(x)
+    assert torch.equal(fast, norm(x.clone().requires_grad_()).detach())

@@ -50,21 +50,29 @@ def group_scale(sq: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (sq.unsqueeze(-1) * w.reshape(1, G, C // G)).reshape(B, C, 1, 1)
 
 
+def _forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int, *, indices: bool):
+    """(y, s, Q(s), u, argmax, argmin); without indices (no backward to come) the chunk extremes
+    come from amax/amin, several times faster than max/min with indices, and y is identical."""
+    B = x.shape[0]
+    u = (x * v).div_(6).add_(0.5)                                          # t/6 + 1/2
+    y = x.reshape(B, groups, chunks, -1)
+    if indices:
+        (mx, imx), (mn, imn) = y.max(-1), y.min(-1)
+    else:
+        mx, mn, imx, imn = y.amax(-1), y.amin(-1), None, None
+    r = mx.mean(-1) - mn.mean(-1)                                          # (B, G)
+    s = 1 / (r * c + eps)
+    sq = fake_quant(s, bits) if bits else s
+    n = u.clamp(0.0, 1.0).mul_(x)                                          # x h
+    return n.mul_(group_scale(sq, w)).add_(b), s, sq, u, imx, imn
+
+
 class _RangeEvoNormFn(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int):
-        B = x.shape[0]
-        u = (x * v).div_(6).add_(0.5)                                      # t/6 + 1/2
-        y = x.reshape(B, groups, chunks, -1)
-        mx, imx = y.max(-1)
-        mn, imn = y.min(-1)
-        r = mx.mean(-1) - mn.mean(-1)                                      # (B, G)
-        s = 1 / (r * c + eps)
-        sq = fake_quant(s, bits) if bits else s
-        n = u.clamp(0.0, 1.0).mul_(x)                                      # x h
-        return n.mul_(group_scale(sq, w)).add_(b), s, sq, u, imx, imn
+        return _forward(x, v, w, b, groups, chunks, c, eps, bits, indices=True)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
@@ -106,5 +114,9 @@ _apply = eager_apply(_RangeEvoNormFn)
 
 def range_evonorm(x: torch.Tensor, v: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, groups: int,
                   chunks: int, c: float, eps: float, bits: int = 0) -> torch.Tensor:
-    """y = x·h(v·x)·(Q(s) ⊗ w) + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1)."""
-    return _apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
+    """y = x·h(v·x)·(Q(s) ⊗ w) + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1).
+
+    With no gradient to compute (evaluation), the same forward runs without the autograd node."""
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (x, v, w, b)):
+        return _apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
+    return _forward(x, v, w, b, groups, chunks, c, eps, bits, indices=False)[0]
