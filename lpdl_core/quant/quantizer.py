@@ -65,6 +65,7 @@ def functorch_wrapped(t: torch.Tensor) -> bool:
 
 # Reused CPU scratch for the rounding noise, grown to the largest tensor seen and sliced: fresh
 # activation-sized buffers cost more here (first-touch page faults) than refilling warm ones.
+# Shared per process, so not for concurrent training loops in threads of one process.
 _NOISE_SCRATCH: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
