@@ -20,10 +20,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The default target: every paper cell in the mini profile, then the tables (results/mini/tables).
-# --unlock first: a killed run (kill -9) leaves Snakemake's lock behind, and rerunning this same
-# command must continue where it stopped (finished cells are kept, interrupted ones resume).
+# `lpdl unlock` first: a killed run (kill -9) leaves Snakemake's lock behind, and rerunning this
+# same command must continue where it stopped (finished cells are kept, interrupted ones resume).
+# It clears the lock only when no live Snakemake works here; otherwise it refuses in one line.
 reproduce: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --unlock --quiet > /dev/null
+	@$(BIN)/lpdl unlock
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake -c2 --keep-going
 
 demo: $(STAMP)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .cells import Cell
+from .runstore import read_run_metrics, run_identity
 
 KEYS = ("table", "block", "cell_id", "dataset", "model", "nodes", "topology", "compression", "eta",
         "skew", "algorithm", "precision", "momentum", "norm")
@@ -49,14 +50,35 @@ def aggregate_table(cells: Iterable[Cell], runs: Mapping[str, list[dict]], profi
     return rows
 
 
-def load_runs(paths: Iterable[str | Path]) -> dict[str, list[dict]]:
-    """metrics.json files -> cell_id -> list of metrics (one per seed)."""
-    out: dict[str, list[dict]] = {}
-    for p in paths:
-        p = Path(p)
-        if not p.exists():
-            continue
-        m = json.loads(p.read_text())
-        out.setdefault(m["config"]["cell_id"], []).append(m)
-    return out
+def run_dir(results_dir: str | Path, cell_id: str, seed: int) -> Path:
+    """results/{profile}/runs/{cell}/seed{seed}: where one run lives."""
+    return Path(results_dir) / "runs" / cell_id / f"seed{seed}"
 
+
+def seeds_present(results_dir: str | Path, cell_id: str) -> list[int]:
+    """Seeds with a finished run (a metrics.json) of a cell, ascending."""
+    d = Path(results_dir) / "runs" / cell_id
+    found = [p.parent.name.removeprefix("seed") for p in d.glob("seed*/metrics.json")] if d.is_dir() else []
+    return sorted(int(s) for s in found if s.isdigit())
+
+
+def collect_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, seeds=None,
+                 fidelity=None) -> dict[str, list[dict]]:
+    """cell_id -> the metrics.json of its runs, read from their own folders and checked.
+
+    seeds: the seeds to read (a missing run stays missing); None = every seed present.
+    fidelity: the fidelity options the runs must have (None: any). A corrupt metrics.json is a
+    CorruptFile and a run of another cell, seed, profile or setting a RunMismatch, each one line
+    naming the file: a result is never filed under a name it does not have.
+    """
+    out: dict[str, list[dict]] = {}
+    for c in cells:
+        for seed in (seeds_present(results_dir, c.cell_id) if seeds is None else seeds):
+            path = run_dir(results_dir, c.cell_id, seed) / "metrics.json"
+            if not path.exists():
+                continue
+            want = run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {})
+            if fidelity is None:
+                del want["fidelity"]
+            out.setdefault(c.cell_id, []).append(read_run_metrics(path, want))
+    return out

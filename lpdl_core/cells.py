@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
+
+from .errors import ConfigError
 
 # rows per artifact in the paper (fig1: one run per normalization layer compared)
 expected_counts = {"table1": 14, "table2": 128, "table3": 16, "table4": 16, "table5": 48, "fig1": 4}
@@ -22,6 +25,16 @@ FP_NORMS = ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")  # as lpdl_co
 LP_NORMS = ("range-evonorm", "range-bn")
 TOPO_SHORT = {"directed-ring": "dring", "grid-official": "grid", "time-varying-exponential": "tvexp",
               "random-directed": "rdir", "exponential": "exp"}
+
+
+class CellError(ConfigError):
+    """A cell's column holds an invalid value."""
+
+    def __init__(self, column: str, why: str):
+        super().__init__(f"{column}: {why}")
+        self.column, self.why = column, why
+
+
 _MODEL_DATA = {"resnet20": ("cifar10", "cifar100"), "resnet54": ("cifar10", "cifar100"),
                "resnet18": ("imagenette",), "distilbert": ("agnews", "sentlen")}
 
@@ -67,10 +80,12 @@ class Cell:
     notes: str = ""
 
     def _fail(self, column: str, msg: str) -> None:
-        row = f"{self.block}/{self.algorithm}/{self.precision}/c{self.compression}/s{self.skew:g}"
-        raise ValueError(f"{self.table} cell {row}, column {column!r}: {msg}")
+        raise CellError(column, msg)
 
     def __post_init__(self) -> None:
+        for col in ("eta", "skew", "lr"):
+            if not math.isfinite(getattr(self, col)):
+                self._fail(col, f"must be a finite number, got {getattr(self, col)}")
         for col, valid in _names().items():
             if getattr(self, col) not in valid:
                 self._fail(col, f"{getattr(self, col)!r} is not one of {', '.join(valid)}")
@@ -142,11 +157,19 @@ def _convert(col: str, text: str):
     if col in _INT:
         return int(text)
     if col in _FLOAT:
-        return float(text)
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
     if col == "milestones":
         return tuple(int(m) for m in text.split(";")) if text else ()
     if col == "paper_acc":
-        return float(text) if text else None
+        if not text:
+            return None
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
     return text
 
 
@@ -159,36 +182,51 @@ def _default_dir(paper_dir: str | Path) -> Path:
 
 def load_cells(paper_dir: str | Path = "workflow/paper", tables=None) -> list[Cell]:
     """Read and validate <paper_dir>/<table>.csv for each table (default: every table file that
-    exists there; naming a table whose file is missing is an error)."""
+    exists there; naming a table whose file is missing is an error). Every malformed row, and a
+    cell id used twice, is a ConfigError `file:line: column: why`."""
     root = _default_dir(paper_dir)
+    if not root.is_dir():
+        raise ConfigError(f"paper dir {paper_dir}: no such folder (it holds the paper's cells as "
+                          f"table1.csv ... fig1.csv)")
     if tables is None:
         tables = [t for t in expected_counts if (root / f"{t}.csv").exists()]
         if not tables:
-            raise FileNotFoundError(f"no table CSVs ({', '.join(expected_counts)}) in {root}")
+            raise ConfigError(f"no table CSVs ({', '.join(expected_counts)}) in {root}")
+    for table in tables:
+        if table not in expected_counts:
+            raise ConfigError(f"table {table!r} is not one of {', '.join(expected_counts)}")
     cells: list[Cell] = []
+    seen: dict[str, str] = {}
     for table in tables:
         path = root / f"{table}.csv"
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file (the cells of {table})")
         with open(path, newline="") as fh:
             reader = csv.DictReader(fh)
             if tuple(reader.fieldnames or ()) != COLUMNS:
-                raise ValueError(f"{path}:1: header must be exactly {','.join(COLUMNS)}")
+                raise ConfigError(f"{path}:1: header: must be exactly {','.join(COLUMNS)}")
             for row in reader:
                 where = f"{path}:{reader.line_num}"
                 if None in row:
-                    raise ValueError(f"{where}: more fields than the {len(COLUMNS)} columns")
+                    raise ConfigError(f"{where}: (row): more fields than the {len(COLUMNS)} columns")
                 kwargs = {}
                 for col in COLUMNS:
+                    if row[col] is None:
+                        raise ConfigError(f"{where}: {col}: missing (fewer fields than the {len(COLUMNS)} columns)")
                     try:
-                        kwargs[col] = _convert(col, row[col] or "")
+                        kwargs[col] = _convert(col, row[col])
                     except ValueError as e:
-                        msg = f"{where}: column {col!r}: cannot parse {row[col]!r} ({e})"
-                        raise ValueError(msg) from None
+                        raise ConfigError(f"{where}: {col}: cannot parse {row[col]!r} ({e})") from None
                 if kwargs["table"] != table:
-                    raise ValueError(f"{where}: column 'table' is {kwargs['table']!r}, expected {table!r}")
+                    raise ConfigError(f"{where}: table: is {kwargs['table']!r}, expected {table!r}")
                 try:
-                    cells.append(Cell(**kwargs))
-                except ValueError as e:
-                    raise ValueError(f"{where}: {e}") from None
+                    cell = Cell(**kwargs)
+                except CellError as e:
+                    raise ConfigError(f"{where}: {e.column}: {e.why}") from None
+                if cell.cell_id in seen:
+                    raise ConfigError(f"{where}: cell_id: {cell.cell_id} is already defined at {seen[cell.cell_id]}")
+                seen[cell.cell_id] = where
+                cells.append(cell)
     return cells
 
 
@@ -197,6 +235,6 @@ def cells_by_id(cells) -> dict[str, Cell]:
     out: dict[str, Cell] = {}
     for c in cells:
         if c.cell_id in out:
-            raise ValueError(f"duplicate cell id {c.cell_id!r}")
+            raise ConfigError(f"duplicate cell id {c.cell_id!r}")
         out[c.cell_id] = c
     return out

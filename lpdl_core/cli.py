@@ -7,6 +7,53 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import LpdlError
+
+# Upper bounds that stop absurd sizes before anything is allocated.
+MAX_NODES = {"topology": 1024, "partition": 1024, "demo": 64, "bench": 256}
+MAX_BATCH = 4096
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line: `lpdl <cmd>: error: <why>`, exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _count(lo: int, hi: int | None = None):
+    """An argparse type: an integer in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is outside [{lo}, {hi if hi is not None else '...'}]")
+        return v
+    parse.__name__ = "integer"
+    return parse
+
+
+def _unit(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{v} is outside [0, 1]")
+    return v
+
+
+def _out_file(path: str | None, what: str = "output file") -> None:
+    """ConfigError before any work unless `path`'s folder is writable (or creatable)."""
+    if path:
+        from .runcell import check_writable_dir
+        if Path(path).is_dir():
+            raise LpdlError(f"{what} {path}: is a folder, not a file")
+        check_writable_dir(Path(path).parent if Path(path).parent != Path("") else Path("."), what)
+
 
 def _cmd_topology(a: argparse.Namespace) -> int:
     from .topology import Topology, describe
@@ -21,15 +68,17 @@ def _cmd_partition(a: argparse.Namespace) -> int:
                             skew_partition, write_histograms)
 
     if (a.dataset is None) == (a.class_sizes is None):
-        raise SystemExit("lpdl partition: give exactly one of --dataset or --class-sizes")
+        raise LpdlError("give exactly one of --dataset or --class-sizes")
+    _out_file(a.out)
     if a.dataset is not None:
         sizes = KNOWN_CLASS_SIZES[a.dataset]
     else:
         try:
             sizes = tuple(int(s) for s in a.class_sizes.split(","))
         except ValueError:
-            raise SystemExit(f"lpdl partition: --class-sizes must be comma-separated integers, "
-                             f"got {a.class_sizes!r}") from None
+            raise LpdlError(f"--class-sizes must be comma-separated integers, got {a.class_sizes!r}") from None
+        if not sizes or any(v < 0 for v in sizes) or sum(sizes) > 10**8:
+            raise LpdlError(f"--class-sizes must be non-negative counts summing to at most 1e8, got {a.class_sizes!r}")
     labels = labels_from_class_sizes(sizes)
     parts = skew_partition(labels, a.nodes, a.skew, seed=a.seed)
     hist = histograms(parts, labels, num_classes=len(sizes))
@@ -38,6 +87,7 @@ def _cmd_partition(a: argparse.Namespace) -> int:
     print(partition_table(hist, unused=int(len(labels) - hist.sum())))
     if a.out:
         fmt = a.format or ("json" if a.out.endswith(".json") else "csv")
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         write_histograms(hist, a.out, fmt=fmt)
         print(f"wrote {a.out}")
     return 0
@@ -70,14 +120,15 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 
     from .bench import bench_step
 
+    _out_file(a.out)
     res = bench_step(model=a.model, nodes=a.nodes, batch=a.batch, steps=a.steps, warmup=a.warmup,
                      executor=a.executor, device=a.device, dataset=a.dataset,
                      precisions=tuple(a.precisions.split(",")))
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
+        from .results import write_atomic
+        write_atomic(a.out, text + "\n")
     return 0
 
 
@@ -89,18 +140,9 @@ def _cmd_models(a: argparse.Namespace) -> int:
 
 
 def _fidelity(pairs: list[str]):
-    from dataclasses import fields
+    from .config import Fidelity
 
-    from .runcell import Fidelity
-
-    kw = {}
-    names = {f.name: f.type for f in fields(Fidelity)}
-    for pair in pairs or []:
-        key, _, val = pair.partition("=")
-        if key not in names:
-            raise ValueError(f"unknown fidelity option {key!r}; valid: {', '.join(names)}")
-        kw[key] = val.lower() in ("1", "true", "yes") if names[key] in (bool, "bool") else val
-    return Fidelity(**kw)
+    return Fidelity.from_pairs(pairs)
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
@@ -111,7 +153,8 @@ def _cmd_train(a: argparse.Namespace) -> int:
 
     cells = cells_by_id(load_cells(a.paper_dir))
     if a.cell not in cells:
-        raise ValueError(f"unknown cell {a.cell!r} (see `lpdl cells`)")
+        raise LpdlError(f"unknown cell {a.cell!r} (see `lpdl cells`)")
+    fidelity = _fidelity(a.fidelity)
     t0 = time.time()
 
     # in a terminal: a progress bar over epochs; always: one log line per epoch with an ETA
@@ -122,7 +165,13 @@ def _cmd_train(a: argparse.Namespace) -> int:
     say = (lambda line: bar.write(line)) if bar is not None else (lambda line: print(line, flush=True))
 
     def progress(ev: dict) -> None:
-        if ev["event"] == "resumed":
+        if ev["event"] == "restored":
+            say(f"[{a.cell}] restored the finished result of exactly these settings and this code "
+                f"from {ev['source']} (nothing to recompute)")
+        elif ev["event"] == "checkpoint-set-aside":
+            say(f"[{a.cell}] {ev['path']} cannot be used ({ev['reason']}); moved it to "
+                f"{ev['moved_to']} and started the cell from scratch")
+        elif ev["event"] == "resumed":
             say(f"[{a.cell}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
             if bar is not None:
                 bar.reset(total=ev["epochs"])
@@ -139,14 +188,18 @@ def _cmd_train(a: argparse.Namespace) -> int:
                 bar.update(done - bar.n)
 
     try:
-        m = run_cell(cells[a.cell], a.out, a.profile, seed=a.seed, fidelity=_fidelity(a.fidelity),
+        m = run_cell(cells[a.cell], a.out, a.profile, seed=a.seed, fidelity=fidelity,
                      device=a.device, executor=a.executor, data_root=a.data_root, progress=progress)
     finally:
         if bar is not None:
             bar.close()
     f = m["final"]
-    print(f"[{a.cell}] {m['status']}: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
-          f"({m['wall_time_s']:.1f}s) -> {a.out}", flush=True)
+    if m["status"] == "ok":
+        print(f"[{a.cell}] ok: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
+              f"({m['wall_time_s']:.1f}s) -> {a.out}", flush=True)
+    else:
+        print(f"[{a.cell}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s) -> {a.out}",
+              flush=True)
     return 0
 
 
@@ -161,12 +214,22 @@ def _cmd_cells(a: argparse.Namespace) -> int:
 def _cmd_report(a: argparse.Namespace) -> int:
     from .report.build import build_report, main_json
 
+    from .runcell import check_writable_dir
+
     results = Path(a.results)
     if not (results / "runs").is_dir():
-        raise ValueError(f"{results} has no runs/ folder (expected results/<profile>/runs/<cell>/seed<n>/)")
+        raise LpdlError(f"{results} has no runs/ folder (expected results/<profile>/runs/<cell>/seed<n>/)")
+    check_writable_dir(a.out, "report folder")
     r = build_report(results, a.out, paper_dir=a.paper_dir, tables=a.table or None,
                      seeds=a.seed or None, pdf=not a.no_pdf)
     print(main_json(r))
+    return 0
+
+
+def _cmd_unlock(a: argparse.Namespace) -> int:
+    from .snakelock import unlock_if_stale
+
+    print(f"lpdl unlock: {unlock_if_stale(a.directory)}")
     return 0
 
 
@@ -175,32 +238,32 @@ def build_parser() -> argparse.ArgumentParser:
     from .partition import KNOWN_CLASS_SIZES
     from .topology import GRAPHS
 
-    p = argparse.ArgumentParser(prog="lpdl", description="Low precision decentralized training "
+    p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
                                 "(Aketi, Kodge, Roy 2021): core tools")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     t = sub.add_parser("topology", help="print a graph's mixing matrix W, neighbours and SLEM")
     t.add_argument("--graph", choices=GRAPHS, default="directed-ring")
-    t.add_argument("--nodes", type=int, default=8)
+    t.add_argument("--nodes", type=_count(1, MAX_NODES["topology"]), default=8)
     t.add_argument("--rows", type=int, default=None, help="torus rows (default: squarest)")
     t.add_argument("--seed", type=int, default=0, help="random-directed graph seed")
-    t.add_argument("--t", type=int, default=0, help="iteration (time-varying graphs)")
+    t.add_argument("--t", type=_count(0), default=0, help="iteration (time-varying graphs)")
     t.set_defaults(func=_cmd_topology)
 
     q = sub.add_parser("partition", help="print the paper's skew partition per node")
     q.add_argument("--dataset", choices=sorted(KNOWN_CLASS_SIZES))
     q.add_argument("--class-sizes", help="comma-separated class sizes, e.g. 5000,5000,...")
-    q.add_argument("--nodes", type=int, default=8)
-    q.add_argument("--skew", type=float, default=0.8)
+    q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8)
+    q.add_argument("--skew", type=_unit, default=0.8)
     q.add_argument("--seed", type=int, default=1234, help="partition seed (official: 1234)")
     q.add_argument("--out", help="write the histogram table to this .csv or .json file")
     q.add_argument("--format", choices=("csv", "json"))
     q.set_defaults(func=_cmd_partition)
 
     d = sub.add_parser("demo", help="DS vs CHOCO at 0%% and 99%% compression on embedded digits")
-    d.add_argument("--epochs", type=int, default=20)
-    d.add_argument("--nodes", type=int, default=8)
-    d.add_argument("--skew", type=float, default=0.8)
+    d.add_argument("--epochs", type=_count(1, 10000), default=20)
+    d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8)
+    d.add_argument("--skew", type=_unit, default=0.8)
     d.add_argument("--graph", choices=GRAPHS, default="directed-ring")
     d.add_argument("--executor", choices=EXECUTORS, default="loop")
     d.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -210,10 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="FP vs 8-bit step time of the n-node simulator (JSON)")
     b.add_argument("--model", default="resnet20")
     b.add_argument("--dataset", choices=("cifar", "imagenette"), default="cifar")
-    b.add_argument("--nodes", type=int, default=8)
-    b.add_argument("--batch", type=int, default=32, help="batch per node")
-    b.add_argument("--steps", type=int, default=10)
-    b.add_argument("--warmup", type=int, default=2)
+    b.add_argument("--nodes", type=_count(1, MAX_NODES["bench"]), default=8)
+    b.add_argument("--batch", type=_count(1, MAX_BATCH), default=32, help="batch per node")
+    b.add_argument("--steps", type=_count(1, 100000), default=10)
+    b.add_argument("--warmup", type=_count(0, 100000), default=2)
     b.add_argument("--executor", choices=EXECUTORS, default="loop")
     b.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     b.add_argument("--precisions", default="fp,lp", help="comma-separated: fp,lp")
@@ -224,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--cell", required=True, help="cell id, see `lpdl cells`")
     tr.add_argument("--profile", choices=("mini", "paper"), default="mini")
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv)")
-    tr.add_argument("--seed", type=int, default=None, help="default: the cell's seed (1234)")
+    tr.add_argument("--seed", type=_count(0), default=None, help="default: the cell's seed (1234)")
     tr.add_argument("--paper-dir", default="workflow/paper")
     tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
     tr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -243,25 +306,54 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
     r.add_argument("--paper-dir", default="workflow/paper")
     r.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default all)")
-    r.add_argument("--seed", type=int, action="append", help="only these seeds (repeatable)")
+    r.add_argument("--seed", type=_count(0), action="append", help="only these seeds (repeatable)")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
     r.set_defaults(func=_cmd_report)
 
     m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
     m.set_defaults(func=_cmd_models)
+
+    u = sub.add_parser("unlock", help="clear Snakemake's lock if no live Snakemake works in the folder")
+    u.add_argument("--directory", default=".", help="the workflow folder (default: here)")
+    u.set_defaults(func=_cmd_unlock)
     return p
+
+
+def _setup_logging() -> None:
+    """Library notices (a rebuilt cache, ...) as one `lpdl: ...` line each on stderr."""
+    import logging
+
+    logger = logging.getLogger("lpdl")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("lpdl: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _setup_logging()
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `lpdl cells | head`
         sys.stderr.close()
         return 0
-    except ValueError as e:  # configuration errors from the library: one clear line
-        print(f"lpdl {args.command}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"lpdl {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (LpdlError, ValueError, OSError) as e:  # expected failures: one clear line
+        print(f"lpdl {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one line: OSErrors name their file; line breaks become spaces."""
+    if isinstance(e, OSError) and not isinstance(e, LpdlError) and e.filename is not None:
+        text = f"{e.strerror or type(e).__name__}: {e.filename}"
+    else:
+        text = str(e) or type(e).__name__
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -32,8 +33,21 @@ def write_atomic(path: str | os.PathLike, text: str) -> Path:
     return path
 
 
+def finite(obj):
+    """obj with every non-finite float (NaN, inf) replaced by None, so the JSON is standard."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def write_json(path, obj) -> Path:
-    return write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+    """Standard JSON (strict parsers accept it): non-finite floats become null."""
+    plain = json.loads(json.dumps(obj, default=_jsonable))  # numpy / dataclasses -> plain types
+    return write_atomic(path, json.dumps(finite(plain), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def write_rows(path, rows: Iterable[Mapping]) -> Path:
@@ -83,16 +97,21 @@ def provenance() -> dict:
         except (OSError, subprocess.SubprocessError):
             return None
 
+    from .runstore import code_sha256
+
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"git_sha": git("rev-parse", "HEAD"), "git_dirty": bool(status) if status is not None else None,
+            "code_sha256": code_sha256(),
             "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
             "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()}
 
 
-def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names: tuple[str, ...] = ()) -> Path:
+def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names: tuple[str, ...] = (),
+             identity: Mapping | None = None) -> Path:
     """Write a finished run: curve.csv (per epoch), partition.csv (per-node class histogram) and,
-    last, metrics.json (its presence marks the run complete)."""
+    last, metrics.json (its presence marks the run complete). identity: what the run is
+    (`runstore.run_identity`), checked by every reader."""
     out = Path(out_dir)
     write_rows(out / "curve.csv", result.curve)
     write_rows(out / "partition.csv", partition_rows(result.partition, class_names))
@@ -100,4 +119,6 @@ def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names
                "final": result.final, "bytes_per_node": result.bytes_per_node,
                "wall_time_s": result.wall_time_s, "executor": result.executor, "device": result.device,
                "config": dict(config), "provenance": provenance()}
+    if identity is not None:
+        metrics["identity"] = dict(identity)
     return write_json(out / "metrics.json", metrics)

@@ -13,8 +13,6 @@ Mini numbers are never paper reproductions: every result records the mapping it 
 """
 from __future__ import annotations
 
-import json
-import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -22,6 +20,8 @@ from typing import Callable
 from .algorithms.base import GossipCfg
 from .cells import Cell
 from .compress import CompressorCfg
+from .config import Fidelity
+from .errors import ConfigError
 from .engine import EngineCfg
 from .optim import OptimCfg
 from .quant.quantizer import QuantCfg
@@ -35,19 +35,11 @@ MINI = {"image_size": 16, "resnet_depth": 8, "resnet_width": 8, "image_epochs": 
 MINI_TEXT = {"agnews": "topics-standin", "sentlen": "sentlen-standin"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class Fidelity:
-    """Where the official code differs from the paper's text; defaults follow the paper."""
-
-    official_quant: bool = False           # QuantMeasure ranges as gossiped parameters + stochastic act rounding in train/eval
-    choco_form: str = "paper"              # "paper" | "code"
-    choco_replicas: str = "per-neighbour"  # "per-neighbour" | "official-aggregate"
-    bytes_metric: str = "exact"            # "exact" | "legacy" (6k+3)
-
-    def qcfg(self) -> QuantCfg:
-        if self.official_quant:
-            return QuantCfg(measure_as_parameters=True, act_rounding="stochastic", eval_rounding="stochastic")
-        return QuantCfg()
+def quant_cfg(fidelity: Fidelity) -> QuantCfg:
+    """The 8-bit layers' settings a fidelity asks for."""
+    if fidelity.official_quant:
+        return QuantCfg(measure_as_parameters=True, act_rounding="stochastic", eval_rounding="stochastic")
+    return QuantCfg()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,10 +65,10 @@ def _topology(cell: Cell) -> Topology:
 def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
               fidelity: Fidelity = Fidelity(), data_root: str | None = None) -> Plan:
     if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+        raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     text = cell.model == "distilbert"
     lp = cell.precision == "int8"
-    qcfg = fidelity.qcfg() if lp else None
+    qcfg = quant_cfg(fidelity) if lp else None
     mapping: list[str] = []
     comp = CompressorCfg(kind="topk", ratio=cell.compression / 100, bytes_metric=fidelity.bytes_metric) \
         if cell.compression else CompressorCfg(bytes_metric=fidelity.bytes_metric)
@@ -141,17 +133,57 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Call
                                num_classes=100 if cell.dataset == "cifar100" else 10)
 
 
+def check_writable_dir(path: str | Path, what: str = "output folder") -> Path:
+    """ConfigError unless `path` is, or can be created as, a folder this process can write in.
+    Creates nothing: the probe file goes into the nearest existing ancestor and is removed."""
+    import tempfile
+
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"{what} {path}: {probe} is a file, not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".lpdl-write-test."):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot write in {probe} ({e.strerror or e})") from None
+    return path
+
+
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
              fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
              data_root: str | None = None, progress: Callable[[dict], None] | None = None) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
-    partition.csv}. metrics.json is written last, so its presence means the cell is complete."""
+    partition.csv}. metrics.json is written last, so its presence means the cell is complete.
+
+    A finished run in out_dir is returned only if it is this run (same cell, seed, profile,
+    defining settings and fidelity); anything else is a RunMismatch or CorruptFile naming the
+    file. Before any work, out_dir must be writable and the device available. A finished copy
+    of exactly this run by this library code in out_dir/.kept is restored instead of recomputed.
+    """
     from .data.registry import load_dataset
+    from .engine import resolve_device
     from .results import save_run
+    from .runstore import keep_run, read_run_metrics, restore_kept, run_identity
 
     out = Path(out_dir)
+    if profile not in PROFILES:
+        raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    seed = cell.seed if seed is None else seed
+    identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity)
     if (out / "metrics.json").exists():
-        return json.loads((out / "metrics.json").read_text())
+        return read_run_metrics(out / "metrics.json", identity)
+    check_writable_dir(out, "run folder")
+    source = restore_kept(out, identity)
+    if source is not None:
+        if progress is not None:
+            progress({"event": "restored", "source": str(source)})
+        return read_run_metrics(out / "metrics.json", identity)
+    resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
     split = load_dataset(plan.dataset, **plan.dataset_kwargs)
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed)
@@ -160,8 +192,9 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt)
     config = {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": profile, "seed": plan.run.partition_seed,
               "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
-              "fidelity": asdict(fidelity), "executor": executor, "device_requested": device,
+              "fidelity": fidelity.as_dict(), "executor": executor, "device_requested": device,
               "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
-    save_run(result, out, config=config, class_names=split.class_names)
+    save_run(result, out, config=config, class_names=split.class_names, identity=identity)
+    keep_run(out, identity)
     ckpt.unlink(missing_ok=True)
-    return json.loads((out / "metrics.json").read_text())
+    return read_run_metrics(out / "metrics.json", identity)

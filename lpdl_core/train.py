@@ -88,6 +88,44 @@ def _save_checkpoint(path: Path, state: dict) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _resume(path: Path, fingerprint: str, sim: Simulator, aug_gen: torch.Generator,
+            epochs: int) -> tuple[tuple[list, int, float] | None, str]:
+    """Load a checkpoint of this run into sim and the RNGs: ((curve, next epoch, elapsed), "")
+    or (None, why it cannot be used). Any failure counts: a truncated, random or edited file."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001  (zip, pickle, EOF, unicode, ... errors alike)
+        return None, f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+    if not isinstance(ck, dict) or "fingerprint" not in ck:
+        return None, "not an lpdl checkpoint"
+    if ck["fingerprint"] != fingerprint:
+        return None, "written for other settings of this run"
+    try:
+        epoch = int(ck["epoch"])
+        curve = list(ck["curve"])
+        if not 0 <= epoch < epochs or len(curve) != epoch + 1:
+            return None, f"inconsistent (epoch {epoch}, {len(curve)} curve rows)"
+        sim.load_state_dict(ck["sim"])
+        torch.set_rng_state(ck["torch_rng"])
+        if sim.device.type == "cuda" and ck.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(ck["cuda_rng"], sim.device)
+        aug_gen.set_state(ck["aug_gen"])
+        return (curve, epoch + 1, float(ck["elapsed"])), ""
+    except Exception as e:  # noqa: BLE001
+        return None, f"inconsistent ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+
+
+def _set_aside(path: Path, tag: str) -> Path:
+    """Rename path to <name>.<tag>-<UTC time> beside it (kept, never deleted)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.{tag}-{stamp}")
+    n = 1
+    while aside.exists():
+        aside, n = path.with_name(f"{path.name}.{tag}-{stamp}.{n}"), n + 1
+    os.replace(path, aside)
+    return aside
+
+
 def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
           gossip: GossipCfg, optim_cfg: OptimCfg, engine: EngineCfg, run: RunCfg,
           progress: Callable[[dict], None] | None = None,
@@ -97,13 +135,19 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
 
     checkpoint: a file written after every epoch (atomically) with all state, every RNG
     included; if it exists when train() starts, training resumes after its epoch, so on CPU a
-    resumed run ends with exactly the metrics of an uninterrupted one.
+    resumed run ends with exactly the metrics of an uninterrupted one. A checkpoint that cannot
+    be used (truncated, random bytes, other settings) is renamed aside, never deleted, with a
+    "checkpoint-set-aside" progress event, and the run starts from scratch.
     """
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
     parts = skew_partition(labels, topology.n, run.skew, seed=run.partition_seed)
     hist = histograms(parts, labels, num_classes=split.num_classes)
-    sim = Simulator(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
+    def fresh() -> tuple[Simulator, torch.Generator]:
+        s = Simulator(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
+        return s, torch.Generator(device=s.device).manual_seed(run.partition_seed + 2)
+
+    sim, aug_gen = fresh()
     dev = sim.device
     store = dev if run.data_on == "device" else torch.device("cpu")
     pin = run.data_on == "host" and dev.type == "cuda"
@@ -120,7 +164,6 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         return xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
 
     sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed)
-    aug_gen = torch.Generator(device=dev).manual_seed(run.partition_seed + 2)
     to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen)  # noqa: E731
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     curve: list[dict] = []
@@ -130,17 +173,17 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     fingerprint = repr((split.name, len(split.x_train), topology, gossip, optim_cfg, run, sim.layout.d))
     ckpt = Path(checkpoint) if checkpoint is not None else None
     if ckpt is not None and ckpt.exists():
-        ck = torch.load(ckpt, map_location="cpu", weights_only=True)
-        if ck["fingerprint"] != fingerprint:
-            raise ValueError(f"checkpoint {ckpt} belongs to a different configuration; delete it to start over")
-        sim.load_state_dict(ck["sim"])
-        torch.set_rng_state(ck["torch_rng"])
-        if dev.type == "cuda" and ck.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(ck["cuda_rng"], dev)
-        aug_gen.set_state(ck["aug_gen"])
-        curve, start_epoch, elapsed_before = list(ck["curve"]), int(ck["epoch"]) + 1, float(ck["elapsed"])
-        if progress is not None:
-            progress({"event": "resumed", "epoch": start_epoch, "epochs": run.epochs})
+        resumed, why = _resume(ckpt, fingerprint, sim, aug_gen, run.epochs)
+        if resumed is None:  # unusable: keep it for inspection, start this run from scratch
+            aside = _set_aside(ckpt, "corrupt" if why.startswith("unreadable") else "unusable")
+            sim, aug_gen = fresh()
+            if progress is not None:
+                progress({"event": "checkpoint-set-aside", "path": str(ckpt), "moved_to": str(aside),
+                          "reason": why})
+        else:
+            curve, start_epoch, elapsed_before = resumed
+            if progress is not None:
+                progress({"event": "resumed", "epoch": start_epoch, "epochs": run.epochs})
     for epoch in range(start_epoch, run.epochs):
         lr = lr_at(epoch, run.lr, run.schedule)
         loss_sum = torch.zeros(topology.n, device=dev)

@@ -1,27 +1,32 @@
-"""Table aggregation: reproduced vs paper, seeds mean/std, diverged and missing cells."""
+"""Table aggregation: reproduced vs paper, seeds mean/std, diverged and missing cells, each run
+read from its own folder."""
 import json
 
 import pytest
 
-from lpdl_core.aggregate import aggregate_table, load_runs
+from lpdl_core.aggregate import aggregate_table, collect_runs, run_dir
 from lpdl_core.cells import load_cells
+from lpdl_core.config import Fidelity
+from lpdl_core.runstore import run_identity
 
 
-def _metrics(cell_id, acc, status="ok", seed=1):
+def _metrics(cell, acc, status="ok", seed=1):
     return {"status": status, "final": {"mean_acc": acc, "avg_model_acc": acc + 1, "consensus_distance": 0.1},
             "bytes_per_node": 2e6, "wall_time_s": 3.0, "diverged_at": {"epoch": 2} if status != "ok" else None,
-            "config": {"cell_id": cell_id, "seed": seed, "mapping": ["dataset cifar10 -> digits"]}}
+            "config": {"cell_id": cell.cell_id, "seed": seed, "mapping": ["dataset cifar10 -> digits"]},
+            "identity": run_identity(cell, profile="mini", seed=seed, fidelity=Fidelity())}
 
 
 def test_aggregate_rows(tmp_path):
     cells = load_cells(tables=["table3"])[:3]
-    a, b, c = (x.cell_id for x in cells)
-    paths = []
-    for i, m in enumerate([_metrics(a, 90.0), _metrics(a, 92.0, seed=2), _metrics(b, 0.0, "diverged")]):
-        p = tmp_path / f"{i}.json"
-        p.write_text(json.dumps(m))
-        paths.append(p)
-    rows = aggregate_table(cells, load_runs(paths + [tmp_path / "absent.json"]), "mini")
+    a, b, c = cells
+    for cell, m in [(a, _metrics(a, 90.0)), (a, _metrics(a, 92.0, seed=2)), (b, _metrics(b, 0.0, "diverged"))]:
+        d = run_dir(tmp_path, cell.cell_id, m["config"]["seed"])
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps(m))
+    runs = collect_runs(cells, tmp_path, profile="mini", seeds=[1, 2], fidelity=Fidelity().as_dict())
+    assert collect_runs(cells, tmp_path, profile="mini") == runs  # every seed present, any fidelity
+    rows = aggregate_table(cells, runs, "mini")
     ra, rb, rc = rows
     assert ra["status"] == "ok" and ra["seeds"] == 2
     assert ra["reproduced"] == pytest.approx(91.0) and ra["reproduced_std"] == pytest.approx(2 ** 0.5)

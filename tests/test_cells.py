@@ -135,7 +135,7 @@ def test_bad_header(tmp_path):
 def test_cell_direct_validation():
     base = load_cells(PAPER_DIR, tables=["table1"])[0]
     kw = {f: getattr(base, f) for f in COLUMNS}
-    with pytest.raises(ValueError, match="table1 .*'precision'"):
+    with pytest.raises(ValueError, match="^precision: 'int4' is not one of"):
         Cell(**{**kw, "precision": "int4"})
 
 

@@ -38,11 +38,13 @@ def test_partition_cifar_table_and_files(tmp_path, capsys):
 
 
 def test_partition_argument_errors(capsys):
-    with pytest.raises(SystemExit):
-        main(["partition", "--nodes", "8"])
-    with pytest.raises(SystemExit):
-        main(["partition", "--class-sizes", "10,x", "--nodes", "2"])
-    assert main(["partition", "--dataset", "cifar10", "--skew", "1.5"]) == 2
+    assert main(["partition", "--nodes", "8"]) == 2
+    assert main(["partition", "--class-sizes", "10,x", "--nodes", "2"]) == 2
+    with pytest.raises(SystemExit) as e:  # argparse: a usage error, one line, exit 2
+        main(["partition", "--dataset", "cifar10", "--skew", "1.5"])
+    assert e.value.code == 2
+    err = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(err) == 3 and all(l.startswith("lpdl partition: error: ") for l in err)
 
 
 def test_demo_small_runs_and_reports():

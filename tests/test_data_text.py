@@ -75,12 +75,12 @@ def test_tokenize_cached_writes_then_reads(tok, tmp_path, monkeypatch):
     assert torch.equal(c[:, :12][:, :8], a[:, :8])
 
 
-def test_tokenize_cached_recovers_from_corrupt_cache(tok, tmp_path):
+def test_tokenize_cached_recovers_from_corrupt_cache(tok, tmp_path, caplog):
     texts = ["Some text."]
     path = text.cache_path(texts, tok, max_length=8, cache_dir=tmp_path, key="k")
     path.write_bytes(b"not a torch file")
-    with pytest.warns(UserWarning, match="unreadable token cache"):
-        ids = text.tokenize_cached(texts, tok, max_length=8, cache_dir=tmp_path, key="k")
+    ids = text.tokenize_cached(texts, tok, max_length=8, cache_dir=tmp_path, key="k")
+    assert "is unreadable" in caplog.text
     assert ids.shape == (1, 8)
     assert torch.equal(torch.load(path, weights_only=True)["input_ids"], ids)
 

@@ -16,6 +16,7 @@ from lpdl_core.report.data import load_report_data
 from lpdl_core.report.header import build_header
 from lpdl_core.report.model import ReportData, delta_class
 from lpdl_core.report.tables import paper_table, paper_tables
+from lpdl_core.runstore import run_identity
 
 PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
 CELLS = {c.cell_id: c for c in load_cells(PAPER)}
@@ -29,15 +30,17 @@ def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs:
     d = root / "runs" / cell_id / f"seed{seed}"
     d.mkdir(parents=True)
     status = "ok" if acc is not None else "diverged"
-    node_acc = [acc + k - 1 for k in range(3)] if acc is not None else [float("nan")] * 3
+    node_acc = [acc + k - 1 for k in range(3)] if acc is not None else [None] * 3  # NaN is written as null
+    fid = fidelity or {"official_quant": False, "choco_form": "paper",
+                       "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
     metrics = {
         "status": status, "diverged_at": None if acc is not None else 1, "epochs_done": epochs,
-        "final": {"mean_acc": acc if acc is not None else float("nan"), "avg_model_acc": (acc or 0) + 0.5,
+        "identity": run_identity(c, profile=root.name, seed=seed, fidelity=fid),
+        "final": {"mean_acc": acc, "avg_model_acc": (acc or 0) + 0.5,
                   "consensus_distance": 0.01, "mean_loss": 1.0, "node_acc": node_acc},
         "bytes_per_node": 2.5e6, "wall_time_s": 60.0, "executor": "loop", "device": "cpu",
         "config": {"cell_id": cell_id, "cell": {"table": c.table, "norm": c.norm},
-                   "fidelity": fidelity or {"official_quant": False, "choco_form": "paper",
-                                            "choco_replicas": "per-neighbour", "bytes_metric": "exact"},
+                   "fidelity": fid,
                    "mapping": ["dataset cifar10 -> digits stand-in (16 px)", "epochs 200 -> 3"]},
         "provenance": {"git_sha": sha, "git_dirty": False, "python": "3.11.7", "torch": "2.14.1",
                        "device_name": "x86_64"},

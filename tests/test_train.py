@@ -133,6 +133,9 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_path):
     assert resumed.final == full.final and resumed.curve == full.curve
     assert resumed.bytes_per_node == full.bytes_per_node
 
-    other = dict(kw, run=RunCfg(epochs=3, batch_size=16, lr=0.1, skew=0.8))
-    with pytest.raises(ValueError, match="different configuration"):
-        train(small_cnn, split, **other, checkpoint=ck)
+    # a checkpoint of other settings is set aside (kept) and the run starts from scratch
+    other = dict(kw, run=RunCfg(epochs=1, batch_size=16, lr=0.1, skew=0.8))
+    events = []
+    train(small_cnn, split, **other, checkpoint=ck, progress=events.append)
+    assert events[0]["event"] == "checkpoint-set-aside" and "other settings" in events[0]["reason"]
+    assert len(list(tmp_path.glob("ck.pt.unusable-*"))) == 1

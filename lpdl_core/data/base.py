@@ -13,14 +13,16 @@ from typing import Literal
 
 import torch
 
+from ..errors import LpdlError
+
 DEFAULT_ROOT = Path("data")
 
 
-class DatasetMissing(FileNotFoundError):
+class DatasetMissing(LpdlError, FileNotFoundError):
     """A dataset is not on disk and cannot be downloaded here. The message says what to put where."""
 
 
-class ChecksumError(RuntimeError):
+class ChecksumError(LpdlError, RuntimeError):
     """A downloaded or supplied archive does not match its published checksum."""
 
 

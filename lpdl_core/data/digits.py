@@ -45,20 +45,36 @@ def load(test_fraction: float = 0.2, seed: int = 0) -> Split:
 _SRC = 8  # load_digits images are 8x8
 
 
+def _digits_source() -> str:
+    """What the split is built from: the sha256 of scikit-learn's digits data file, found
+    without importing scikit-learn (seconds); its version if the file cannot be found."""
+    import importlib.metadata
+    import importlib.util
+    from pathlib import Path
+
+    from .cache import file_sha256
+
+    spec = importlib.util.find_spec("sklearn")
+    for loc in (spec.submodule_search_locations or []) if spec else []:
+        f = Path(loc) / "datasets" / "data" / "digits.csv.gz"
+        if f.is_file():
+            return f"digits.csv.gz sha256 {file_sha256(f)}"
+    return f"scikit-learn {importlib.metadata.version('scikit-learn')}"
+
+
 def _split_8x8(test_fraction: float, seed: int):
     """The stratified 8x8 uint8 split, cached as .npz under the data root: importing scikit-learn
-    costs seconds, and the mini grid starts one process per cell."""
-    import os
-    import tempfile
-
+    costs seconds, and the mini grid starts one process per cell. The cache is used only if it
+    was built from the same scikit-learn data and split settings and its content checksum holds
+    (`data.cache`); otherwise it is rebuilt."""
     from .base import data_root
+    from .cache import load_cache, save_cache
 
     cache = data_root() / "lpdl-cache" / f"digits-split-{test_fraction:g}-{seed}.npz"
-    try:
-        with np.load(cache) as z:
-            return z["xtr"], z["xte"], z["ytr"], z["yte"]
-    except (OSError, KeyError, ValueError):  # no or unreadable cache: rebuild it below
-        pass
+    source = f"{_digits_source()} | test_fraction {test_fraction!r} | seed {seed}"
+    z = load_cache(cache, source)
+    if z is not None and {"xtr", "xte", "ytr", "yte"} <= set(z):
+        return z["xtr"], z["xte"], z["ytr"], z["yte"]
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -66,14 +82,7 @@ def _split_8x8(test_fraction: float, seed: int):
     x8 = np.rint(d.images * (255.0 / 16.0)).astype(np.uint8)  # (N, 8, 8)
     y = d.target.astype(np.int64)
     xtr, xte, ytr, yte = train_test_split(x8, y, test_size=test_fraction, stratify=y, random_state=seed)
-    try:  # atomic: a concurrent job either sees the whole file or none
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".npz")
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, xtr=xtr, xte=xte, ytr=ytr, yte=yte)
-        os.replace(tmp, cache)
-    except OSError:
-        pass  # read-only data root: just recompute next time
+    save_cache(cache, source, {"xtr": xtr, "xte": xte, "ytr": ytr, "yte": yte})
     return xtr, xte, ytr, yte
 
 

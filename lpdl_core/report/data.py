@@ -7,11 +7,11 @@ rows come from the same `aggregate_table` that writes results/{profile}/tables/*
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
-from ..aggregate import aggregate_table
+from ..aggregate import aggregate_table, run_dir, seeds_present
 from ..cells import load_cells
+from ..runstore import read_metrics, read_run_metrics, run_identity
 from .model import ReportData, Run
 
 
@@ -30,9 +30,11 @@ def _read_csv(path: Path) -> tuple[dict, ...]:
         return tuple({k: _num(v) for k, v in row.items()} for row in csv.DictReader(f))
 
 
-def read_run(run_dir: Path) -> Run:
-    """One run folder -> Run (metrics.json must exist)."""
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+def read_run(run_dir: Path, want: dict | None = None) -> Run:
+    """One run folder -> Run. want: the identity the run must have (runstore.run_identity;
+    'fidelity' may be left out); a corrupt or mislabelled metrics.json is one line naming it."""
+    path = run_dir / "metrics.json"
+    metrics = read_metrics(path) if want is None else read_run_metrics(path, want)
     seed = int(run_dir.name.removeprefix("seed")) if run_dir.name.startswith("seed") else \
         int(metrics.get("config", {}).get("seed", 0))
     return Run(cell_id=metrics["config"]["cell_id"], seed=seed, metrics=metrics,
@@ -40,22 +42,23 @@ def read_run(run_dir: Path) -> Run:
 
 
 def load_report_data(results_dir: str | Path, paper_dir: str | Path = "workflow/paper",
-                     tables=None, profile: str | None = None, seeds=None) -> ReportData:
+                     tables=None, profile: str | None = None, seeds=None, fidelity=None) -> ReportData:
     """results_dir: results/{profile} (holding runs/). tables: which paper artifacts (default all
-    present in paper_dir). seeds: only these seeds (default every seed found)."""
+    present in paper_dir). seeds: only these seeds (default every seed found). fidelity: the
+    fidelity options every run must have (default: any; the header lists them)."""
     results_dir = Path(results_dir)
     profile = profile or results_dir.name
     cells = tuple(load_cells(paper_dir, tables=tables))
     runs: dict[str, tuple[Run, ...]] = {}
     for c in cells:
-        cell_dir = results_dir / "runs" / c.cell_id
         found = []
-        for d in sorted(cell_dir.glob("seed*")) if cell_dir.is_dir() else ():
-            if not (d / "metrics.json").exists():
-                continue  # a run in progress (checkpoint only) is not a result
-            r = read_run(d)
-            if seeds is None or r.seed in seeds:
-                found.append(r)
+        for seed in seeds_present(results_dir, c.cell_id):
+            if seeds is not None and seed not in seeds:
+                continue
+            want = run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {})
+            if fidelity is None:
+                del want["fidelity"]
+            found.append(read_run(run_dir(results_dir, c.cell_id, seed), want))
         if found:
             runs[c.cell_id] = tuple(found)
     rows: dict[str, list[dict]] = {}

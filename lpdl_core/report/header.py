@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import asdict
 from datetime import datetime, timezone
 
-from ..runcell import Fidelity
+from ..config import Fidelity
 from .model import Header, ReportData
 
 PROFILE_NOTES = {

@@ -9,11 +9,6 @@ rule report:
         claims=REPORT_DIR + "/claims.json",
     log:
         f"results/{PROFILE}/logs/report.log",
-    params:
-        results=f"results/{PROFILE}",
-        paper_dir=config["paper_dir"],
-        tables=config["tables"],
-        seeds=config["seeds"],
     conda:
         "../../envs/lpdl.yaml"
     script:

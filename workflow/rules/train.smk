@@ -1,6 +1,8 @@
 rule train:
-    """One paper cell = one training run (resumes from results/.../checkpoint.pt, which is not a
-    declared output and so survives a failed or preempted job)."""
+    """One paper cell = one training run. Reruns only when what defines the run changes
+    (params.identity: the cell's columns, seed, profile, fidelity); device, executor, threads and
+    paths are not part of it. Resumes from checkpoint.pt (not a declared output, so it survives a
+    failed or preempted job); a finished copy in .kept/ survives Snakemake's deletion of outputs."""
     output:
         RUN_DIR + "/metrics.json",
     log:
@@ -8,12 +10,7 @@ rule train:
     benchmark:
         "results/{profile}/benchmarks/train/{cell}/seed{seed}.tsv"
     params:
-        out=lambda wc: RUN_DIR.format(profile=wc.profile, cell=wc.cell, seed=wc.seed),
-        paper_dir=config["paper_dir"],
-        device=config["device"],
-        executor=config["executor"],
-        data_root=lambda wc: f"--data-root {config['data_root']}" if config["data_root"] else "",
-        fidelity=fidelity_args(),
+        identity=run_identity_of,
     threads: config["threads_per_job"]
     resources:
         mem_mb=lambda wc: train_resources(wc.cell)["mem_mb"],
@@ -23,6 +20,6 @@ rule train:
         "../../envs/lpdl.yaml"
     shell:
         "OMP_NUM_THREADS={threads} python -m lpdl_core train --cell {wildcards.cell:q} "
-        "--profile {wildcards.profile:q} --seed {wildcards.seed} --out {params.out:q} "
-        "--paper-dir {params.paper_dir:q} --device {params.device:q} --executor {params.executor:q} "
-        "{params.data_root} --fidelity {params.fidelity} > {log:q} 2>&1"
+        "--profile {wildcards.profile:q} --seed {wildcards.seed:q} --out \"$(dirname {output:q})\" "
+        "--paper-dir {PAPER_DIR_Q} --device {DEVICE_Q} --executor {EXECUTOR_Q} {DATA_ROOT_OPT} "
+        "--fidelity {FIDELITY_OPT} > {log:q} 2>&1"

@@ -1,6 +1,9 @@
-"""Snakemake script: results/{profile} -> the report (HTML, LaTeX, PDF when an engine exists)."""
+"""Snakemake script: results/{profile} -> the report (HTML, LaTeX, PDF when an engine exists).
+An expected failure (corrupt or mislabelled metrics.json) is one line in the log and on stderr."""
+import sys
 from pathlib import Path
 
+from lpdl_core.errors import LpdlError
 from lpdl_core.report.build import build_report
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
@@ -8,5 +11,12 @@ with open(sm.log[0], "w") as log:
     def say(line: str) -> None:
         print(line, file=log, flush=True)
 
-    build_report(sm.params.results, Path(sm.output.html).parent, paper_dir=sm.params.paper_dir,
-                 tables=sm.params.tables, seeds=sm.params.seeds, log=say)
+    cfg = sm.config
+    try:
+        build_report(Path(sm.input[0]).parents[1], Path(sm.output.html).parent, paper_dir=cfg["paper_dir"],
+                     tables=cfg["tables"], seeds=cfg["seeds"], fidelity=cfg["fidelity"], log=say)
+    except LpdlError as e:
+        line = f"lpdl report: error: {e}"
+        say(line)
+        print(line, file=sys.stderr, flush=True)
+        sys.exit(1)

@@ -1,0 +1,28 @@
+"""The failures lpdl expects and explains in one line (bad input, missing or corrupt files).
+
+Every `lpdl` subcommand turns these into `lpdl <cmd>: error: <message>` with exit code 2; the
+workflow's scripts print the same line into their logs. Anything else is a bug and keeps its
+traceback.
+"""
+from __future__ import annotations
+
+
+class LpdlError(Exception):
+    """An expected failure whose message is one self-contained line."""
+
+
+class ConfigError(LpdlError, ValueError):
+    """A setting, CSV row or command-line value is invalid (the message names the field)."""
+
+
+class CorruptFile(LpdlError):
+    """A file lpdl wrote (metrics.json, a checkpoint, a cache) cannot be read or is not what it
+    claims to be. The message names the file."""
+
+
+class RunMismatch(LpdlError):
+    """A run folder holds a result of another cell, seed, profile or setting than asked for."""
+
+
+class DeviceUnavailable(LpdlError, RuntimeError):
+    """The requested device (CUDA) is not available in this process."""
