@@ -234,7 +234,7 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .engine.executors import EXECUTORS
+    from .config import DEVICES, EXECUTORS
     from .partition import KNOWN_CLASS_SIZES
     from .topology import GRAPHS
 
@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--skew", type=_unit, default=0.8)
     d.add_argument("--graph", choices=GRAPHS, default="directed-ring")
     d.add_argument("--executor", choices=EXECUTORS, default="loop")
-    d.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    d.add_argument("--device", choices=DEVICES, default="auto")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_cmd_demo)
 
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--steps", type=_count(1, 100000), default=10)
     b.add_argument("--warmup", type=_count(0, 100000), default=2)
     b.add_argument("--executor", choices=EXECUTORS, default="loop")
-    b.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    b.add_argument("--device", choices=DEVICES, default="auto")
     b.add_argument("--precisions", default="fp,lp", help="comma-separated: fp,lp")
     b.add_argument("--out", help="also write the JSON here")
     b.set_defaults(func=_cmd_bench)
@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=_count(0), default=None, help="default: the cell's seed (1234)")
     tr.add_argument("--paper-dir", default="workflow/paper")
     tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
-    tr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    tr.add_argument("--device", choices=DEVICES, default="auto")
     tr.add_argument("--executor", choices=EXECUTORS, default="loop")
     tr.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
                     help="official-code behaviours, e.g. official_quant=true choco_form=code")
@@ -323,9 +323,20 @@ def _setup_logging() -> None:
     """Library notices (a rebuilt cache, ...) as one `lpdl: ...` line each on stderr."""
     import logging
 
+    class CurrentStderr(logging.StreamHandler):
+        """Writes to whatever sys.stderr is at the time of the record (tests swap it)."""
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, _value):
+            pass
+
     logger = logging.getLogger("lpdl")
     if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = CurrentStderr()
         handler.setFormatter(logging.Formatter("lpdl: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)

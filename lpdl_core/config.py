@@ -11,6 +11,9 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
+EXECUTORS = ("loop", "batched")        # how the n nodes' forward/backward runs (same math)
+DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
+
 # option -> its allowed values, the paper's text first (the default)
 FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
     "official_quant": (False, True),

@@ -8,10 +8,10 @@ failure becomes `DatasetMissing` whose message says exactly which file to put wh
 from __future__ import annotations
 
 import hashlib
+import logging
 import http.client
 import os
 import shutil
-import sys
 import tarfile
 import tempfile
 import urllib.error
@@ -31,6 +31,9 @@ def md5sum(path: str | os.PathLike, chunk: int = _CHUNK) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+log = logging.getLogger("lpdl.data")
 
 
 class _NetworkError(Exception):
@@ -57,7 +60,7 @@ def fetch(url: str, dest: str | os.PathLike, *, md5: str, what: str, fix_hint: s
     tmp = dest.with_suffix(dest.suffix + f".part-{os.getpid()}")
     h = hashlib.md5()
     try:
-        print(f"[lpdl] downloading {what} from {url} -> {dest}", file=sys.stderr, flush=True)
+        log.info("downloading %s from %s -> %s", what, url, dest)
         with open(tmp, "wb") as out:
             try:
                 req = urllib.request.Request(url, headers={"User-Agent": "lpdl"})

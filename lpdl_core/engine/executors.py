@@ -16,7 +16,8 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from ..layout import Layout
 
-EXECUTORS = ("loop", "batched")
+from ..config import EXECUTORS
+
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 

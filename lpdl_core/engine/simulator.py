@@ -24,7 +24,7 @@ from ..optim import OptimCfg
 from ..topology import Topology
 from .executors import EXECUTORS, make_executor
 
-DEVICES = ("auto", "cpu", "cuda")
+from ..config import DEVICES  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)
