@@ -146,40 +146,85 @@ def _fidelity(pairs: list[str]):
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
-    import time
-
+    """One cell, or several in one process (a Snakemake bundle: the torch import and data load
+    are paid once). Each cell keeps its own run folder, checkpoint and resume. In the mini
+    profile a cell whose run is identical to an earlier listed cell's is not trained again
+    (lpdl_core.mini.same_runs). A failing cell does not stop the others; the exit status is 1
+    if any failed."""
     from .cells import cells_by_id, load_cells
-    from .runcell import run_cell
+    from .mini import same_runs
 
     cells = cells_by_id(load_cells(a.paper_dir))
-    if a.cell not in cells:
-        raise LpdlError(f"unknown cell {a.cell!r} (see `lpdl cells`)")
+    unknown = [c for c in a.cell if c not in cells]
+    if unknown:
+        raise LpdlError(f"unknown cell {unknown[0]!r} (see `lpdl cells`)")
+    if len(set(a.cell)) > 1 and "{cell}" not in a.out:
+        raise LpdlError("--out must contain {cell} when several --cell are given "
+                        "(e.g. results/mini/runs/{cell}/seed1234)")
     fidelity = _fidelity(a.fidelity)
-    t0 = time.time()
+    todo = [cells[c] for c in dict.fromkeys(a.cell)]
+    shared = same_runs(todo) if a.profile == "mini" else {}
+    out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
+    failed = []
+    for i, cell in enumerate(todo, 1):
+        if len(todo) > 1:
+            print(f"[{i}/{len(todo)}] {cell.cell_id}", flush=True)
+        try:
+            if cell.cell_id in shared:
+                _share_one(a, cell, cells[shared[cell.cell_id]], out_of, fidelity)
+            else:
+                _train_one(a, cell, out_of(cell.cell_id), fidelity)
+        except (LpdlError, ValueError, OSError) as e:
+            if len(todo) == 1:
+                raise
+            failed.append(cell.cell_id)
+            print(f"lpdl train: error: [{cell.cell_id}] {e}", file=sys.stderr, flush=True)
+    if failed:
+        print(f"lpdl train: error: {len(failed)} of {len(todo)} cells failed: {', '.join(failed)}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0
 
+
+def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
+    from .runcell import share_run
+
+    m = share_run(cell, primary, out_of(primary.cell_id), out_of(cell.cell_id), a.profile, seed=a.seed,
+                  fidelity=fidelity)
+    print(f"[{cell.cell_id}] same run as {primary.cell_id}: mean node acc {m['final']['mean_acc']:.2f} "
+          f"(computed once) -> {out_of(cell.cell_id)}", flush=True)
+
+
+def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
+    import time
+
+    from .runcell import run_cell
+
+    t0 = time.time()
+    name = cell.cell_id
     # in a terminal: a progress bar over epochs; always: one log line per epoch with an ETA
     bar = None
     if sys.stderr.isatty():
         from tqdm import tqdm
-        bar = tqdm(total=None, unit="epoch", desc=a.cell, file=sys.stderr, leave=False)
+        bar = tqdm(total=None, unit="epoch", desc=name, file=sys.stderr, leave=False)
     say = (lambda line: bar.write(line)) if bar is not None else (lambda line: print(line, flush=True))
 
     def progress(ev: dict) -> None:
         if ev["event"] == "restored":
-            say(f"[{a.cell}] restored the finished result of exactly these settings and this code "
+            say(f"[{name}] restored the finished result of exactly these settings and this code "
                 f"from {ev['source']} (nothing to recompute)")
         elif ev["event"] == "checkpoint-set-aside":
-            say(f"[{a.cell}] {ev['path']} cannot be used ({ev['reason']}); moved it to "
+            say(f"[{name}] {ev['path']} cannot be used ({ev['reason']}); moved it to "
                 f"{ev['moved_to']} and started the cell from scratch")
         elif ev["event"] == "resumed":
-            say(f"[{a.cell}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
+            say(f"[{name}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
             if bar is not None:
                 bar.reset(total=ev["epochs"])
                 bar.update(ev["epoch"])
         elif ev["event"] == "epoch":
             done = ev["epoch"] + 1
             eta = (time.time() - t0) / max(done, 1) * (ev["epochs"] - done)
-            say(f"[{a.cell}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
+            say(f"[{name}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
                 f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
                 f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s")
             if bar is not None:
@@ -188,19 +233,17 @@ def _cmd_train(a: argparse.Namespace) -> int:
                 bar.update(done - bar.n)
 
     try:
-        m = run_cell(cells[a.cell], a.out, a.profile, seed=a.seed, fidelity=fidelity,
-                     device=a.device, executor=a.executor, data_root=a.data_root, progress=progress)
+        m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
+                     executor=a.executor, data_root=a.data_root, progress=progress)
     finally:
         if bar is not None:
             bar.close()
     f = m["final"]
     if m["status"] == "ok":
-        print(f"[{a.cell}] ok: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
-              f"({m['wall_time_s']:.1f}s) -> {a.out}", flush=True)
+        print(f"[{name}] ok: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
+              f"({m['wall_time_s']:.1f}s) -> {out}", flush=True)
     else:
-        print(f"[{a.cell}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s) -> {a.out}",
-              flush=True)
-    return 0
+        print(f"[{name}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s) -> {out}", flush=True)
 
 
 def _cmd_cells(a: argparse.Namespace) -> int:
@@ -224,6 +267,49 @@ def _cmd_report(a: argparse.Namespace) -> int:
                      seeds=a.seed or None, pdf=not a.no_pdf)
     print(main_json(r))
     return 0
+
+
+def _cmd_timing(a: argparse.Namespace) -> int:
+    import json
+
+    from .cells import load_cells
+    from .jobs import plan_jobs
+    from .timing import pipeline_timing
+
+    results = Path(a.results)
+    profile = a.profile or results.name
+    _out_file(a.out)
+    cells = load_cells(a.paper_dir)
+    t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells)
+    text = json.dumps(t, indent=2)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def _cmd_targets(a: argparse.Namespace) -> int:
+    import json
+    from dataclasses import asdict
+
+    from .aggregate import seeds_present
+    from .cells import load_cells
+    from .targets import check_targets, format_checks, not_learned
+
+    results = Path(a.results)
+    cells = load_cells(a.paper_dir)
+    seeds = a.seed or sorted({s for c in cells for s in seeds_present(results, c.cell_id)})
+    if not seeds:
+        raise LpdlError(f"{results}: no finished runs under runs/ (run the pipeline first)")
+    checks = check_targets(results, cells, seeds)
+    flat = not_learned(results, cells, seeds)
+    print(format_checks(checks))
+    print(f"did not learn (within 5 points of chance): {len(flat)} runs"
+          + "".join(f"\n    {c} seed {s}: {v:.2f}" for c, s, v in flat))
+    if a.out:
+        Path(a.out).write_text(json.dumps({"seeds": seeds, "checks": [asdict(c) for c in checks],
+                                           "did_not_learn": flat}, indent=2) + "\n")
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def _cmd_unlock(a: argparse.Namespace) -> int:
@@ -283,10 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="also write the JSON here")
     b.set_defaults(func=_cmd_bench)
 
-    tr = sub.add_parser("train", help="run one paper cell (resumes from its checkpoint; skips if done)")
-    tr.add_argument("--cell", required=True, help="cell id, see `lpdl cells`")
+    tr = sub.add_parser("train", help="run paper cells (each resumes from its checkpoint; skips if done)")
+    tr.add_argument("--cell", required=True, action="append",
+                    help="cell id, see `lpdl cells`; repeat to run several in one process")
     tr.add_argument("--profile", choices=("mini", "paper"), default="mini")
-    tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv)")
+    tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
+                    "with several cells a template holding {cell}")
     tr.add_argument("--seed", type=_count(0), default=None, help="default: the cell's seed (1234)")
     tr.add_argument("--paper-dir", default="workflow/paper")
     tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
@@ -312,6 +400,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
     m.set_defaults(func=_cmd_models)
+
+    ti = sub.add_parser("timing", help="where a pipeline run's time went (JSON): job start-up vs training")
+    ti.add_argument("results", help="results/<profile> of a finished run")
+    ti.add_argument("--profile", choices=("mini", "paper"), default=None, help="default: the folder's name")
+    ti.add_argument("--cells-per-job", choices=("block", "cell"), default=None,
+                    help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
+    ti.add_argument("--paper-dir", default="workflow/paper")
+    ti.add_argument("--out", help="also write the JSON here")
+    ti.set_defaults(func=_cmd_timing)
+
+    tg = sub.add_parser("targets", help="check the mini profile's learning targets on finished runs")
+    tg.add_argument("results", help="results/<profile> of a finished run")
+    tg.add_argument("--seed", type=int, action="append", help="only these seeds (default: all found)")
+    tg.add_argument("--paper-dir", default="workflow/paper")
+    tg.add_argument("--out", help="also write the checks as JSON here")
+    tg.set_defaults(func=_cmd_targets)
 
     u = sub.add_parser("unlock", help="clear Snakemake's lock if no live Snakemake works in the folder")
     u.add_argument("--directory", default=".", help="the workflow folder (default: here)")

@@ -119,6 +119,8 @@ def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names
                "final": result.final, "bytes_per_node": result.bytes_per_node,
                "wall_time_s": result.wall_time_s, "executor": result.executor, "device": result.device,
                "config": dict(config), "provenance": provenance()}
+    if class_names:
+        metrics["num_classes"] = len(class_names)  # chance = 100 / num_classes ("did not learn")
     if identity is not None:
         metrics["identity"] = dict(identity)
     return write_json(out / "metrics.json", metrics)

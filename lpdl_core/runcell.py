@@ -3,16 +3,14 @@
 Profiles:
   paper: the cell exactly as the paper ran it (real dataset, real model, all epochs).
   mini:  every axis of the cell kept (nodes, topology, skew, compression, eta, algorithm,
-         precision, momentum, norm, optimizer, final gossip rounds, batch per node) but mapped onto
-         embedded data and small models so the whole grid runs on a laptop:
-           CIFAR-10 / Imagenette -> the digits stand-in at 16 px; every CNN -> ResNet-8, width 8
-           (FP or LP, same norm kind), 3 epochs without the warm-up epoch; AG News / Sentlen -> the stdlib-prose stand-ins (MiniLM
-           tokenizer, 32 tokens); DistilBERT -> a tiny random-init DistilBERT (dim 32, 1 layer) at
-           Adam lr 1e-3 (3e-5 is a fine-tuning rate for a pretrained model); few epochs.
-Mini numbers are never paper reproductions: every result records the mapping it used.
+         precision, momentum, norm, optimizer, final gossip rounds), mapped onto embedded data and
+         one small stand-in model per paper model, with a short protocol that learns
+         (lpdl_core.mini documents it). Mini numbers are never paper reproductions: every result
+         records the mapping it used.
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -21,8 +19,9 @@ from .algorithms.base import GossipCfg
 from .cells import Cell
 from .compress import CompressorCfg
 from .config import Fidelity
-from .errors import ConfigError
 from .engine import EngineCfg
+from .errors import ConfigError
+from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .optim import OptimCfg
 from .quant.quantizer import QuantCfg
 from .schedule import ScheduleCfg
@@ -30,9 +29,6 @@ from .topology import Topology
 from .train import RunCfg, train
 
 PROFILES = ("mini", "paper")
-MINI = {"image_size": 16, "resnet_depth": 8, "resnet_width": 8, "image_epochs": 3, "text_epochs": 2,
-        "text_max_length": 32, "text_lr": 1e-3, "curve_eval_samples": 120}
-MINI_TEXT = {"agnews": "topics-standin", "sentlen": "sentlen-standin"}
 
 
 def quant_cfg(fidelity: Fidelity) -> QuantCfg:
@@ -78,32 +74,23 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         optim = OptimCfg(momentum="adam", beta=0.9, beta2=0.9, weight_decay=1e-4)
     else:
         optim = OptimCfg(momentum=cell.momentum, beta=0.9, weight_decay=1e-4)
-    # official 0.1x warm-up epoch for CNNs (dropped in the mini profile, where it would be 1/3 of training)
-    warmup = 0 if text or profile == "mini" else 1
-    sched = ScheduleCfg(kind=cell.lr_schedule, milestones=cell.milestones, warmup_epochs=warmup)
-    epochs, lr = cell.epochs, cell.lr
     seed = cell.seed if seed is None else seed
+    curve_k = None
     if profile == "paper":
+        # official 0.1x warm-up epoch for CNNs
+        sched = ScheduleCfg(kind=cell.lr_schedule, milestones=cell.milestones, warmup_epochs=0 if text else 1)
         dataset, dkw, model = cell.dataset, {"root": data_root}, cell.model
+        epochs, lr, batch = cell.epochs, cell.lr, cell.batch_per_node
         if text:
             dkw["tokenizer"] = "distilbert-base-uncased"
-    elif text:
-        dataset, model = MINI_TEXT[cell.dataset], "distilbert-tiny"
-        dkw = {"tokenizer": "minilm", "max_length": MINI["text_max_length"]}
-        epochs, lr = MINI["text_epochs"], MINI["text_lr"]
-        mapping += [f"dataset {cell.dataset} -> {dataset}", "model distilbert -> tiny random-init DistilBERT",
-                    f"epochs {cell.epochs} -> {epochs}", f"lr {cell.lr:g} -> {lr:g}"]
     else:
-        dataset, model = "digits", f"resnet{MINI['resnet_depth']}-w{MINI['resnet_width']}"
-        dkw = {"image_size": MINI["image_size"], "standin_for": cell.dataset}
-        epochs = min(cell.epochs, MINI["image_epochs"])
-        mapping += [f"dataset {cell.dataset} -> digits stand-in ({MINI['image_size']} px)",
-                    f"model {cell.model} -> {model}", f"epochs {cell.epochs} -> {epochs}",
-                    "no 0.1x warm-up epoch"]
-    curve_k = MINI["curve_eval_samples"] if profile == "mini" else None
-    if curve_k:
-        mapping.append(f"per-epoch curve on {curve_k} test samples (final metrics on the whole test set)")
-    run = RunCfg(epochs=epochs, batch_size=cell.batch_per_node, lr=lr, schedule=sched, skew=cell.skew,
+        m = mini_run(cell)
+        dataset, dkw, model, epochs, lr, batch = (m.dataset, dict(m.dataset_kwargs), m.model, m.epochs, m.lr,
+                                                 m.batch_per_node)
+        sched = ScheduleCfg(kind=m.schedule, warmup_epochs=0, warmup_fraction=m.warmup_fraction)
+        mapping += m.mapping
+        curve_k = CURVE_EVAL_SAMPLES
+    run = RunCfg(epochs=epochs, batch_size=batch, lr=lr, schedule=sched, skew=cell.skew,
                  partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
                  curve_eval_samples=curve_k)
     return Plan(cell_id=cell.cell_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
@@ -114,23 +101,22 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
 def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Callable:
     precision = "lp" if lp else "fp"
     norm = None if cell.norm == "none" else cell.norm
-    if model.startswith("resnet8-w"):
-        from .models.resnet_cifar import resnet_cifar
-        return lambda: resnet_cifar(MINI["resnet_depth"], precision=precision, norm=norm, qcfg=qcfg,
-                                    width=MINI["resnet_width"])
-    if model == "distilbert-tiny" or model == "distilbert":
-        from .models.transformer import SequenceClassifier, distilbert_classifier, tiny_distilbert_config
-        labels = {"agnews": 4, "sentlen": 6}[cell.dataset]
-        if model == "distilbert":
+    if cell.model == "distilbert":
+        labels = TEXT_CLASSES[cell.dataset]
+        if profile == "paper":
+            from .models.transformer import SequenceClassifier, distilbert_classifier
             return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg))
-        conf = tiny_distilbert_config(vocab_size=30522, num_labels=labels, dim=32, n_layers=1, n_heads=2,
-                                      hidden_dim=64)
-        return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg,
-                                                                pretrained=None, config_overrides=conf))
+        from .models.mini import mini_distilbert
+        return lambda: mini_distilbert(labels, precision=precision, qcfg=qcfg, max_length=TEXT_MAX_LENGTH,
+                                       **TINY_DISTILBERT)
+    classes = 100 if cell.dataset == "cifar100" else 10
+    if profile == "mini":
+        from .models.mini import build_standin
+        return lambda: build_standin(cell.model, precision=precision, norm=norm, qcfg=qcfg, num_classes=classes)
     from .models.registry import build_model
     dataset = "imagenette" if cell.dataset == "imagenette" else "cifar"
     return lambda: build_model(model, precision=precision, norm=norm, dataset=dataset, qcfg=qcfg,
-                               num_classes=100 if cell.dataset == "cifar100" else 10)
+                               num_classes=classes)
 
 
 def check_writable_dir(path: str | Path, what: str = "output folder") -> Path:
@@ -197,4 +183,36 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     save_run(result, out, config=config, class_names=split.class_names, identity=identity)
     keep_run(out, identity)
     ckpt.unlink(missing_ok=True)
+    return read_run_metrics(out / "metrics.json", identity)
+
+
+def share_run(cell: Cell, primary: Cell, primary_dir: str | Path, out_dir: str | Path, profile: str = "mini", *,
+              seed: int | None = None, fidelity: Fidelity = Fidelity()) -> dict:
+    """Record in out_dir that `cell`'s run is the finished run of `primary` in primary_dir, whose
+    mini run is identical (lpdl_core.mini.same_runs): the primary's curve, partition and metrics,
+    relabelled with this cell's identity and `config.same_run_as` = the primary's id. Nothing
+    is trained. Like run_cell, a finished out_dir is returned only if it is this run."""
+    from .mini import run_key
+    from .results import write_json
+    from .runstore import ARTIFACTS, keep_run, read_run_metrics, run_identity
+
+    out, src = Path(out_dir), Path(primary_dir)
+    seed = cell.seed if seed is None else seed
+    if profile != "mini" or run_key(cell, seed) != run_key(primary, seed):
+        raise ConfigError(f"{cell.cell_id}: its {profile} run is not the run of {primary.cell_id}")
+    identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity)
+    if (out / "metrics.json").exists():
+        return read_run_metrics(out / "metrics.json", identity)
+    check_writable_dir(out, "run folder")
+    m = read_run_metrics(src / "metrics.json", run_identity(primary, profile=profile, seed=seed, fidelity=fidelity))
+    config = dict(m["config"], cell=asdict(cell), cell_id=cell.cell_id, same_run_as=primary.cell_id)
+    why = ("DS and CHOCO are both D-PSGD/SGP without compression at eta = 1"
+           if {cell.algorithm, primary.algorithm} != {cell.algorithm} else "its mini run is defined by the same values")
+    config["mapping"] = list(m["config"].get("mapping", [])) + [f"same run as {primary.cell_id} ({why}): computed once"]
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ARTIFACTS[1:]:
+        if (src / name).exists():
+            shutil.copyfile(src / name, out / name)
+    write_json(out / "metrics.json", dict(m, config=config, identity=identity))
+    keep_run(out, identity)
     return read_run_metrics(out / "metrics.json", identity)

@@ -21,7 +21,7 @@ from .data.sampler import NodeSampler
 from .engine import EngineCfg, Simulator, evaluate
 from .optim import OptimCfg
 from .partition import histograms, skew_partition
-from .schedule import ScheduleCfg, lr_at
+from .schedule import ScheduleCfg, lr_at, lr_at_step
 from .topology import Topology
 
 
@@ -185,9 +185,12 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
             if progress is not None:
                 progress({"event": "resumed", "epoch": start_epoch, "epochs": run.epochs})
     for epoch in range(start_epoch, run.epochs):
-        lr = lr_at(epoch, run.lr, run.schedule)
+        per_step, total = run.schedule.per_step, run.epochs * sampler.iters_per_epoch
+        lr = lr_at(epoch, run.lr, run.schedule) if not per_step else None
         loss_sum = torch.zeros(topology.n, device=dev)
         for it, idx in enumerate(sampler.epoch(epoch)):
+            if per_step:
+                lr = lr_at_step(epoch * sampler.iters_per_epoch + it, total, run.lr, run.schedule)
             xb, yb = batch(idx)
             losses = sim.train_step(to_train(xb), yb, lr)
             loss_sum += losses

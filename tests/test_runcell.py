@@ -15,9 +15,12 @@ def test_mini_keeps_axes_and_records_mapping():
     assert p.topology.name == "directed-ring" and p.topology.n == 16
     assert p.gossip.algorithm == "choco" and p.gossip.eta == c.eta == 0.1
     assert p.gossip.compressor.kind == "topk" and p.gossip.compressor.ratio == pytest.approx(0.9)
-    assert p.run.skew == 0.9 and p.run.batch_size == 16 and p.run.final_gossip_rounds == 50
-    assert p.optim.momentum == "nesterov" and p.dataset == "digits" and p.run.epochs == 3
-    assert any("resnet20 ->" in m for m in p.mapping) and any("digits" in m for m in p.mapping)
+    assert p.run.skew == 0.9 and p.run.batch_size == 16 // 4 and p.run.final_gossip_rounds == 50
+    assert p.optim.momentum == "nesterov" and p.dataset == "digits" and p.run.epochs == 4
+    assert p.dataset_kwargs == {"augment": "none", "image_size": 8, "standin_for": "cifar10"}
+    assert p.run.schedule.kind == "cosine" and p.run.schedule.warmup_fraction == 0.2
+    assert any("resnet20 -> mini-resnet20" in m for m in p.mapping) and any("digits" in m for m in p.mapping)
+    assert any("batch per node 16 -> 4" in m for m in p.mapping)
     model = p.make_model()
     assert type(model.conv1).__name__ == "QConv2d"  # int8 kept
 
@@ -33,9 +36,10 @@ def test_paper_profile_is_the_cell():
 def test_nlp_and_single_node_and_qgm():
     t5 = plan_cell(CELLS["t5-sentlen-distilbert-dring4-c99-s0.5-ds-int8"], "mini")
     assert t5.optim.momentum == "adam" and t5.optim.beta2 == 0.9 and t5.dataset == "sentlen-standin"
-    assert t5.run.schedule.warmup_epochs == 0 and t5.run.lr == pytest.approx(1e-3)
+    assert t5.run.schedule.kind == "cosine" and t5.run.lr == pytest.approx(5e-3) and t5.run.batch_size == 8
+    assert t5.model == "distilbert-tiny" and t5.run.epochs == 6
     t1 = plan_cell(CELLS["t1-resnet54-single-c0-s0-none-fp32"], "mini")
-    assert t1.topology.n == 1 and t1.gossip.algorithm == "dpsgd" and t1.run.batch_size == 256
+    assert t1.topology.n == 1 and t1.gossip.algorithm == "dpsgd" and t1.run.batch_size == 256 // 4
     t3 = plan_cell(CELLS["t3-resnet20-dring8-c0-s0.4-choco-int8-qgm"], "paper")
     assert t3.optim.momentum == "qgm" and t3.run.final_gossip_rounds == 50
 
@@ -57,7 +61,7 @@ def test_run_cell_writes_once_then_skips(tmp_path, monkeypatch):
     m = run_cell(c, tmp_path, "mini", device="cpu")
     assert m["status"] == "ok" and m["config"]["cell_id"] == c.cell_id and m["config"]["profile"] == "mini"
     assert (tmp_path / "partition.csv").exists() and not (tmp_path / "checkpoint.pt").exists()
-    assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + 3
+    assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + 4
     import lpdl_core.runcell as rc
     monkeypatch.setattr(rc, "train", lambda *a, **k: pytest.fail("finished cell recomputed"))
     assert run_cell(c, tmp_path, "mini") == json.loads((tmp_path / "metrics.json").read_text())

@@ -33,14 +33,24 @@ def test_dry_run_has_every_paper_cell():
     assert p.returncode == 0, p.stderr[-2000:]
     counts = {l.split()[0]: int(l.split()[1]) for l in p.stdout.splitlines() if l[:1].isalpha() and len(l.split()) == 2
               and l.split()[1].isdigit()}
-    assert counts["train"] == 14 + 128 + 16 + 16 + 48 + 4 and counts["aggregate"] == 6
-    assert counts["report"] == 1 and counts["all"] == 1
+    train = {k: v for k, v in counts.items() if k.startswith("train_")}
+    from lpdl_core.cells import load_cells
+    from lpdl_core.jobs import plan_jobs
+
+    cells = load_cells(ROOT / "workflow/paper")
+    assert len(cells) == 14 + 128 + 16 + 16 + 48 + 4
+    jobs = plan_jobs(cells, "mini")  # a block's cells of one precision per job
+    assert set(train) == {j.rule for j in jobs} and all(v == 1 for v in train.values())
+    assert sum(len(j.cells) for j in jobs) == len(cells)
+    assert counts["aggregate"] == 6 and counts["report"] == 1 and counts["all"] == 1
 
 
 def test_paper_profile_dry_run_writes_its_report_apart():
     p = _smk(ROOT, "-n", "--forceall", "--nolock", "--configfile", "config/paper.yaml")
     assert p.returncode == 0, p.stderr[-2000:]
     assert "report/paper/report.html" in p.stdout and "results/paper/tables/table5.csv" in p.stdout
+    jobs = re.findall(r"^rule (train_\w+):", p.stdout, flags=re.M)
+    assert len(jobs) == len(set(jobs)) == 226  # the paper profile: one cell per job
 
 
 @pytest.mark.parametrize("bad,key", [("profile=foo", "profile"), ("seeds=[-1]", "seeds/0"),
@@ -53,17 +63,20 @@ def test_bad_config_is_one_line_before_any_job(bad, key):
     assert len(lines) == 1 and lines[0].startswith(f"lpdl config error: {key}:"), p.stderr
 
 
-def _small_paper_dir(dst: Path, n: int = 2) -> None:
-    """A paper dir whose table3 holds only its first n cells (same header and validation)."""
+def _small_paper_dir(dst: Path, rows=(1, 2)) -> None:
+    """A paper dir whose table3 holds only the given rows (1-based; same header and validation).
+    Rows 1 and 2 are one setting in FP and LP (two jobs); rows 1 and 3 are two FP cells of one
+    block (one job in the mini profile)."""
     lines = (ROOT / "workflow/paper/table3.csv").read_text().splitlines()
     dst.mkdir(parents=True)
-    (dst / "table3.csv").write_text("\n".join(lines[: 1 + n]) + "\n")
+    (dst / "table3.csv").write_text("\n".join([lines[0]] + [lines[r] for r in rows]) + "\n")
 
 
 @pytest.mark.slow
-def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("rows", [(1, 2), (1, 3)], ids=["two-jobs", "one-job"])
+def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_path, rows):
     repo = copy_repo(tmp_path / "repo")
-    _small_paper_dir(repo / "small")
+    _small_paper_dir(repo / "small", rows)
     cfg = ["--config", "paper_dir=small", "tables=[table3]"]
     runs = repo / "results/mini/runs"
     proc = subprocess.Popen([SNAKEMAKE, "-c1", *cfg], cwd=repo, env=ENV, stdout=subprocess.DEVNULL,
@@ -92,8 +105,9 @@ def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_p
     assert p.returncode == 0, p.stderr[-3000:]
     assert finished.stat().st_mtime_ns == mtime  # not recomputed
     cell = interrupted.parent.name
-    log = (repo / f"results/mini/logs/train/{cell}/seed1234.log").read_text()
-    assert "resuming at epoch" in log
+    logs = [p.read_text() for p in (repo / "results/mini/logs/train").glob("*/seed1234.log")]
+    log = next(text for text in logs if f"[{cell}]" in text)
+    assert f"[{cell}] resuming at epoch" in log
     resumed = json.loads((interrupted / "metrics.json").read_text())
     # the same cell, uninterrupted
     ref_dir = tmp_path / "ref"

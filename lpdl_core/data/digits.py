@@ -43,6 +43,8 @@ def load(test_fraction: float = 0.2, seed: int = 0) -> Split:
 # The CNN stand-in: the same 1,797 digits as DataSplit images that every paper CNN accepts.
 
 _SRC = 8  # load_digits images are 8x8
+AUGMENTS = {"crop-flip": "pad-4 random crop + horizontal flip",
+            "rrc-flip": "RandomResizedCrop + horizontal flip", "none": "none"}
 
 
 def _digits_source() -> str:
@@ -87,7 +89,7 @@ def _split_8x8(test_fraction: float, seed: int):
 
 
 def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None = None,
-                        test_fraction: float = 0.2, seed: int = 0) -> DataSplit:
+                        test_fraction: float = 0.2, seed: int = 0, augment: str | None = None) -> DataSplit:
     """scikit-learn `load_digits` (1,797 real 8x8 grey handwritten digits, 10 classes) mapped to
     the image format of a paper dataset, for offline runs of the paper's CNNs.
 
@@ -101,7 +103,9 @@ def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None 
     crop + horizontal flip) up to 64 px, "rrc-flip" (RandomResizedCrop + flip) above; horizontal
     flips are applied as in the paper even though digits are not mirror-symmetric (the point is
     to exercise the paper's pipeline, not to maximise digit accuracy). mean/std: per-channel
-    statistics of the train split in [0, 1] units (equal across channels).
+    statistics of the train split in [0, 1] units (equal across channels). augment: override
+    ("crop-flip" | "rrc-flip" | "none"); at the native 8 px (the mini profile) the default is
+    "none": a pad-4 crop of an 8-px digit would cut away half of it.
     The name is "digits" at 32 px and "digits-<size>" otherwise (the registry's names).
     """
     if image_size is None:
@@ -119,18 +123,21 @@ def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None 
         t = t.repeat_interleave(k, dim=2).repeat_interleave(k, dim=3)
         return t.expand(-1, 3, -1, -1).contiguous()
 
-    augment = "crop-flip" if image_size <= 64 else "rrc-flip"
-    aug_text = ("pad-4 random crop + horizontal flip" if augment == "crop-flip"
-                else "RandomResizedCrop + horizontal flip")
+    if augment is None:
+        augment = "none" if image_size == _SRC else "crop-flip" if image_size <= 64 else "rrc-flip"
+    if augment not in AUGMENTS:
+        raise ValueError(f"augment must be one of {', '.join(AUGMENTS)}, got {augment!r}")
+    aug_text = AUGMENTS[augment]
     n_tr, n_te = len(ytr), len(yte)
+    size = (f"nearest-neighbour upsampled x{k} to {image_size}x{image_size} (each pixel a {k}x{k} "
+            f"block) so the paper's CNNs accept it unchanged" if k > 1 else "kept at the native 8x8")
+    flips = ("; horizontal flips are applied as in the paper even though digits are not "
+             "mirror-symmetric" if "flip" in augment else "")
     desc = (f"STAND-IN for {standin_for}: scikit-learn load_digits (1,797 real 8x8 greyscale "
             f"handwritten digits, 10 classes; not {standin_for}). Stratified split {n_tr} train / "
             f"{n_te} test (seed {seed}); pixels 0..16 scaled to uint8 0..255, grey replicated to 3 "
-            f"channels, nearest-neighbour upsampled x{k} to {image_size}x{image_size} (each pixel a "
-            f"{k}x{k} block) so the paper's CNNs accept it unchanged. Augmentation as for "
-            f"{standin_for}: {aug_text}; horizontal flips are applied as in the paper even though "
-            f"digits are not mirror-symmetric. Normalization: train-split mean {m:.4f} / std "
-            f"{sd:.4f} (all channels).")
+            f"channels, {size}. Augmentation: {aug_text}{flips}. Normalization: train-split mean "
+            f"{m:.4f} / std {sd:.4f} (all channels).")
     return DataSplit(
         name="digits" if image_size == 32 else f"digits-{image_size}", kind="image",
         num_classes=10, x_train=to_images(xtr), y_train=torch.from_numpy(ytr),

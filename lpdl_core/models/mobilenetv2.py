@@ -69,21 +69,25 @@ class Block(nn.Module):
 
 
 class MobileNetV2(nn.Module):
-    def __init__(self, num_classes: int, norm: str, qcfg: QuantCfg | None):
+    """cfg: (expansion t, channels c, repeats n, stride s) per stage; stem and head: the first and
+    last conv widths (32 and 1280 for CIFAR MobileNetV2; the mini stand-in is smaller)."""
+
+    def __init__(self, num_classes: int, norm: str, qcfg: QuantCfg | None,
+                 cfg: tuple = tuple(CFG_CIFAR), stem: int = 32, head: int = 1280):
         super().__init__()
         # (B, 3, 32, 32) -> (B, 32, 32, 32)
-        self.conv1 = make_conv(3, 32, 3, padding=1, qcfg=qcfg)
-        self.bn1 = make_norm(norm, 32, qcfg=qcfg)
-        layers, in_ch = [], 32
-        for t, c, n, s in CFG_CIFAR:  # spatial 32 -> 32 -> 32 -> 16 -> 8 -> 8 -> 4 -> 4
+        self.conv1 = make_conv(3, stem, 3, padding=1, qcfg=qcfg)
+        self.bn1 = make_norm(norm, stem, qcfg=qcfg)
+        layers, in_ch = [], stem
+        for t, c, n, s in cfg:  # spatial 32 -> 32 -> 32 -> 16 -> 8 -> 8 -> 4 -> 4
             for i in range(n):
                 layers.append(Block(in_ch, c, t, s if i == 0 else 1, norm, qcfg))
                 in_ch = c
         self.layers = nn.Sequential(*layers)                 # (B, 320, 4, 4)
-        self.conv2 = make_conv(320, 1280, 1, qcfg=qcfg)      # (B, 1280, 4, 4)
-        self.bn2 = make_norm(norm, 1280, qcfg=qcfg)
-        self.avgpool = nn.AvgPool2d(4)                       # (B, 1280, 1, 1)
-        self.linear = make_linear(1280, num_classes, qcfg=qcfg)
+        self.conv2 = make_conv(in_ch, head, 1, qcfg=qcfg)    # (B, 1280, 4, 4)
+        self.bn2 = make_norm(norm, head, qcfg=qcfg)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)               # (B, 1280, 1, 1): AvgPool2d(4) at 32 px
+        self.linear = make_linear(head, num_classes, qcfg=qcfg)
 
     def forward(self, x):
         x = self.bn2(self.conv2(self.layers(self.bn1(self.conv1(x)))))

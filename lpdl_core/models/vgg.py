@@ -30,10 +30,15 @@ DATASETS = ("cifar", "imagenette")
 
 
 class VGG(nn.Module):
-    def __init__(self, num_classes: int, norm: str, qcfg: QuantCfg | None, dataset: str):
+    """cfg: conv widths and "M" max-pools (default configuration A); hidden: the classifier's
+    hidden width; dropout: before the classifier (0.5 in the paper). The defaults are VGG-11; the
+    mini profile's stand-in is a smaller configuration of this same class (models/mini.py)."""
+
+    def __init__(self, num_classes: int, norm: str, qcfg: QuantCfg | None, dataset: str,
+                 cfg: tuple = tuple(CFG_A), hidden: int = 512, dropout: float = 0.5):
         super().__init__()
         layers, in_ch = [], 3
-        for v in CFG_A:  # (B, 3, S, S) -> (B, 512, S/32, S/32)
+        for v in cfg:  # (B, 3, S, S) -> (B, 512, S/32, S/32) for configuration A
             if v == "M":
                 layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
             else:
@@ -44,10 +49,10 @@ class VGG(nn.Module):
         # CIFAR: (B, 512, 1, 1) already; Imagenette: (B, 512, 7, 7) -> (B, 512, 1, 1)
         self.avgpool = nn.AvgPool2d(7) if dataset == "imagenette" else nn.Identity()
         self.classifier = nn.Sequential(
-            nn.Dropout(0.5),
-            make_linear(512, 512, qcfg=qcfg),
+            nn.Dropout(dropout) if dropout else nn.Identity(),
+            make_linear(in_ch, hidden, qcfg=qcfg),
             nn.ReLU(),
-            make_linear(512, num_classes, qcfg=qcfg),
+            make_linear(hidden, num_classes, qcfg=qcfg),
         )
         for m in self.modules():
             if isinstance(m, nn.Conv2d):  # QConv2d included
@@ -58,7 +63,7 @@ class VGG(nn.Module):
 
     def forward(self, x):
         x = self.avgpool(self.features(x))
-        return self.classifier(x.flatten(1))  # (B, 512) -> (B, classes)
+        return self.classifier(x.flatten(1))  # (B, C_last) -> (B, classes)
 
 
 def vgg11(*, num_classes: int = 10, precision: str = "fp", norm: str | None = None,

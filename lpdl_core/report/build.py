@@ -40,6 +40,18 @@ def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure]
     return figs, cost, errors
 
 
+def mini_effects(data: ReportData) -> list:
+    """The effects view's rows (report.effects) for the cells and runs in `data`."""
+    from .data import chance_of, per_seed_acc
+    from .effects import block_effects
+
+    acc = per_seed_acc(data)
+    seeds = sorted({s for _, s in acc})
+    classes = {c.cell_id: round(100.0 / ch) for c in data.cells if (ch := chance_of(data, c.cell_id))}
+    cells = [c for c in data.cells if c.cell_id in classes]
+    return block_effects(cells, acc, seeds, classes)
+
+
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
                  paper_dir: str | Path = "workflow/paper", tables=None, seeds=None,
                  fidelity=None, pdf: bool = True, log: Callable[[str], None] | None = None) -> dict:
@@ -63,14 +75,15 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
         header = replace(header, warnings=header.warnings + tuple(
             f"Figure not drawn: {e}" for e in fig_errors))
     ptables = paper_tables(data)
-    written = write_latex(out, header, ptables, claims, figs)
+    effects = mini_effects(data) if data.profile == "mini" else None
+    written = write_latex(out, header, ptables, claims, figs, effects)
     if pdf:
         ok, why = build_pdf(out)
     else:
         ok, why = False, "PDF disabled (pdf=False)"
     pdf_fact = ("PDF", "report.pdf" if ok else f"not built: {why.strip().splitlines()[-1] if why.strip() else why}")
     header = replace(header, facts=header.facts + (pdf_fact,))
-    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs))
+    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects))
     claims_path = write_json(out / "claims.json", [asdict(c) for c in claims])
     for c in claims:
         log(f"claim {c.number}: {c.verdict}: {c.evidence}")

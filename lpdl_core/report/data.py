@@ -67,3 +67,42 @@ def load_report_data(results_dir: str | Path, paper_dir: str | Path = "workflow/
         rows[table] = aggregate_table(tcells, {k: [r.metrics for r in v] for k, v in runs.items()},
                                       profile)
     return ReportData(profile=profile, cells=cells, runs=runs, rows=rows)
+
+
+def classes_of(run: Run) -> int | None:
+    """Classes of the data a run trained on: metrics["num_classes"], else its partition.csv's
+    class columns (runs made before num_classes was recorded)."""
+    if run.metrics.get("num_classes"):
+        return int(run.metrics["num_classes"])
+    if run.partition:
+        return len([k for k in run.partition[0] if k not in ("node", "total")]) or None
+    return None
+
+
+def chance_of(data: ReportData, cell_id: str) -> float | None:
+    """100 / classes for a cell's runs (None without runs)."""
+    for run in data.runs.get(cell_id, ()):
+        k = classes_of(run)
+        if k:
+            return 100.0 / k
+    return None
+
+
+def not_learned_cells(data: ReportData) -> list[str]:
+    """Cells whose reproduced mean is within LEARNED_MARGIN points of chance (cells whose chance
+    is unknown, having no run, are not among them)."""
+    from .model import LEARNED_MARGIN
+
+    out = []
+    for rows in data.rows.values():
+        for r in rows:
+            ch = chance_of(data, r["cell_id"])
+            if r["reproduced"] is not None and ch is not None and r["reproduced"] <= ch + LEARNED_MARGIN:
+                out.append(r["cell_id"])
+    return out
+
+
+def per_seed_acc(data: ReportData) -> dict[tuple[str, int], float]:
+    """(cell_id, seed) -> final mean node accuracy of every finished (status ok) run."""
+    return {(cid, r.seed): float(r.metrics["final"]["mean_acc"]) for cid, runs in data.runs.items()
+            for r in runs if r.status == "ok"}

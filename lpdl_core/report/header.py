@@ -10,13 +10,17 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 
 from ..config import Fidelity
-from .model import Header, ReportData
+from .data import not_learned_cells
+from .model import LEARNED_MARGIN, Header, ReportData
+
 
 PROFILE_NOTES = {
     "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
-             "algorithm, precision, momentum, norm) kept, but on embedded stand-in data (digits, "
-             "stdlib prose), small models and a few epochs. These numbers test the pipeline and "
-             "show trends at toy scale; they are NOT a reproduction of the paper's accuracies."),
+             "eta, algorithm, precision, momentum, norm, optimizer, final gossip rounds) kept, on "
+             "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
+             "paper model and a short protocol (global batch / 4, 4 epochs for images, 6 for text; "
+             "lpdl_core/mini.py). These numbers are NOT a reproduction of the paper's accuracies and "
+             "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
     "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
               "compare like with like; cells still running or never run are shown as missing."),
 }
@@ -56,6 +60,7 @@ def fidelity_lines(metrics: list[dict]) -> list[tuple[str, str]]:
 def build_header(data: ReportData, *, generated_by: dict | None = None) -> Header:
     """generated_by: provenance of the process rendering the report (git SHA, versions)."""
     metrics = [r.metrics for runs in data.runs.values() for r in runs]
+    computed = [m for m in metrics if not m.get("config", {}).get("same_run_as")]
     prov = [m.get("provenance", {}) for m in metrics]
     total = len(data.cells)
     done = sum(1 for c in data.cells if c.cell_id in data.runs)
@@ -68,14 +73,15 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
                                f"{statuses.get('diverged', 0) + statuses.get('partly-diverged', 0)} "
                                f"diverged, {statuses.get('missing', 0)} missing)"),
         ("seeds", ", ".join(map(str, seeds)) or "none"),
-        ("runs", str(len(metrics))),
+        ("runs", f"{len(metrics)}" + (f" ({len(metrics) - len(computed)} recorded as the same run as "
+                                      f"another cell, computed once)" if len(computed) < len(metrics) else "")),
         ("git SHA of the runs", _counted(s[:12] for s in shas.elements())),
         ("python / torch", _counted(f"{p.get('python')} / {p.get('torch')}" for p in prov)),
         ("devices", _counted(f"{m.get('device', '?')} ({m.get('provenance', {}).get('device_name', '?')})"
                              for m in metrics)),
         ("executor", _counted(m.get("executor") for m in metrics)),
         ("total compute time (sum of run wall times)",
-         _hms(sum(m.get("wall_time_s") or 0.0 for m in metrics))),
+         _hms(sum(m.get("wall_time_s") or 0.0 for m in computed))),
         *fidelity_lines(metrics),
         ("report generated", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
          + (f" from git {str(generated_by.get('git_sha'))[:12]}" if generated_by else "")),
@@ -87,6 +93,11 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
     diverged = statuses.get("diverged", 0) + statuses.get("partly-diverged", 0)
     if diverged:
         warnings.append(f"{diverged} cells diverged (NaN/inf loss) in at least one seed.")
+    flat = not_learned_cells(data)
+    if flat:
+        warnings.append(f"{len(flat)} of {total} cells did not learn: their accuracy is within "
+                        f"{LEARNED_MARGIN:g} points of chance (marked in the tables; left out of the "
+                        f"effects and claims).")
     if len(shas) > 1:
         warnings.append(f"Runs come from {len(shas)} different git commits.")
     if any(p.get("git_dirty") for p in prov):

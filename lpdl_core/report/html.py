@@ -11,7 +11,8 @@ import re
 
 from .model import DELTA_BANDS, Claim, Entry, Figure, Header, PaperTable, delta_class
 
-_VERDICT_CLASS = {"holds": "v-holds", "does not hold": "v-fails", "not enough cells": "v-na"}
+_VERDICT_CLASS = {"holds": "v-holds", "does not hold": "v-fails", "within noise": "v-noise",
+                  "not enough cells": "v-na"}
 
 _CSS = """
 body{font-family:-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;margin:0 auto;
@@ -32,6 +33,7 @@ nav.toc ul{margin:.2rem 0}
 .badge{display:inline-block;padding:.1rem .6rem;border-radius:1rem;color:#fff;
  font-size:.85rem;font-weight:700;margin-right:.5rem;white-space:nowrap}
 .v-holds{background:#2e7d32}.v-fails{background:#c62828}.v-na{background:#757575}
+.v-noise{background:#b36b00}
 .table-wrap{overflow-x:auto;margin:.5rem 0 1.5rem}
 table.paper{border-collapse:collapse;font-size:.85rem}
 table.paper th,table.paper td{border:1px solid #ccc;padding:.25rem .45rem;vertical-align:top}
@@ -45,6 +47,15 @@ td.diverged{background:repeating-linear-gradient(45deg,#f2e6f7,#f2e6f7 6px,#e9d6
 td.diverged .div{color:#6a1b9a;font-weight:700;font-style:italic}
 td.missing{color:#9e9e9e;font-style:italic;background:#f4f4f4}
 td.absent{color:#9e9e9e}
+td.mini{background:#fff}td.flat{background:#eceff1;color:#607d8b}
+td .flat-note{font-size:.75rem;font-weight:700;color:#607d8b}
+td .same{font-size:.7rem;color:#555;font-style:italic}
+table.effects td.agrees{background:#d8f0d8}table.effects td.opposite{background:#f8d3d3}
+table.effects td.within-noise{background:#fff0c2}table.effects td.not-learned,
+table.effects td.missing{background:#eceff1;color:#607d8b}
+table.effects td.num{text-align:right;font-variant-numeric:tabular-nums}
+.sw.flat{background:#eceff1}.sw.agrees{background:#d8f0d8}.sw.opposite{background:#f8d3d3}
+.sw.noise{background:#fff0c2}
 .marker{color:#6a1b9a;font-weight:700}
 .caption{font-style:italic;margin:.3rem 0}.note{color:#555;font-size:.9rem}
 .legend span.sw{display:inline-block;width:1.1rem;height:.9rem;border:1px solid #aaa;
@@ -96,7 +107,20 @@ def _reproduced(e: Entry) -> str:
     return f'<span class="rep">{text}</span>'
 
 
-def _cell(e: Entry | None) -> str:
+def _flags(e: Entry) -> tuple[str, str, str]:
+    """(extra classes, body markup, title text) for the did-not-learn and same-run flags."""
+    cls, body, title = "", "", ""
+    if e.learned is False:
+        cls = " flat"
+        body += f'<div class="flat-note">did not learn (chance {_num(e.chance)})</div>'
+        title += f"; within 5 points of chance ({_num(e.chance)})"
+    if e.same_run_as:
+        body += f'<div class="same" title="same run as {_e(e.same_run_as)}">= same run as {_e(e.same_run_as)}</div>'
+        title += f"; computed once: same run as {e.same_run_as}"
+    return cls, body, title
+
+
+def _cell(e: Entry | None, compare: str = "absolute") -> str:
     if e is None:
         return '<td class="absent" title="no such cell in the paper">&mdash;</td>'
     cid = _e(e.cell_id)
@@ -115,8 +139,14 @@ def _cell(e: Entry | None) -> str:
         note = "some seeds diverged" + (f" ({when})" if when else "")
         title += f": {_e(note)}; mean of {e.seeds} ok seed(s)"
         body += f'<span class="marker" title="{_e(note)}">&dagger;</span>'
+    flag_cls, flag_body, flag_title = _flags(e)
+    if compare == "effects":  # absolute numbers cannot match: the paper's value for reference only
+        paper = f'<div class="paper">paper {_num(e.paper)}</div>' if e.paper is not None else ""
+        return (f'<td class="mini {_e(e.status)}{flag_cls}" title="{title}{_e(flag_title)}">{body}'
+                f'{flag_body}{paper}</td>')
     cls = delta_class(e.delta)
-    return f'<td class="{cls} {_e(e.status)}" title="{title}">{body}{_paper_delta(e)}</td>'
+    return (f'<td class="{cls} {_e(e.status)}{flag_cls}" title="{title}{_e(flag_title)}">{body}{flag_body}'
+            f'{_paper_delta(e)}</td>')
 
 
 def _table(t: PaperTable) -> str:
@@ -130,7 +160,7 @@ def _table(t: PaperTable) -> str:
             same = prev is not None and tuple(prev[: i + 1]) == tuple(row.labels[: i + 1])
             cells.append('<th scope="row" class="axis same"></th>' if same
                          else f'<th scope="row" class="axis">{_e(label)}</th>')
-        cells += [_cell(e) for e in row.entries]
+        cells += [_cell(e, t.compare) for e in row.entries]
         body.append("<tr>" + "".join(cells) + "</tr>")
         prev = row.labels
     note = f'<p class="note">{_e(t.note)}</p>' if t.note else ""
@@ -140,17 +170,24 @@ def _table(t: PaperTable) -> str:
             f'<tbody>{"".join(body)}</tbody></table></div></section>')
 
 
-def _legend() -> str:
+def _legend(mini: bool = False) -> str:
     lo, hi = DELTA_BANDS
+    common = ('<span class="sw diverged"></span>diverged (all seeds)'
+              '<span class="sw missing"></span>missing (no result)'
+              '<span class="sw flat"></span>did not learn (within 5 points of chance)<br>'
+              '<span class="marker">&dagger;</span> some seeds diverged: mean of the others. '
+              '&plusmn;: standard deviation over seeds. &mdash;: no such cell in the paper. '
+              '"same run as": computed once for both cells.</p>')
+    if mini:
+        return ('<p class="legend"><strong>Legend</strong> (mini profile: stand-in data and models, so '
+                'the reproduced accuracy is not comparable to the paper\'s; the paper\'s value is shown '
+                'for reference and cells are not coloured by their difference. Compare effects in the '
+                '<a href="#effects">effects view</a>):' + common)
     return ('<p class="legend"><strong>Legend</strong> (&Delta; = reproduced &minus; paper, '
             'accuracy points):'
             f'<span class="sw close"></span>|&Delta;| &lt; {lo:g} (close)'
             f'<span class="sw near"></span>{lo:g} &le; |&Delta;| &lt; {hi:g} (near)'
-            f'<span class="sw far"></span>|&Delta;| &ge; {hi:g} (far)'
-            '<span class="sw diverged"></span>diverged (all seeds)'
-            '<span class="sw missing"></span>missing (no result)<br>'
-            '<span class="marker">&dagger;</span> some seeds diverged: mean of the others. '
-            '&plusmn;: standard deviation over seeds. &mdash;: no such cell in the paper.</p>')
+            f'<span class="sw far"></span>|&Delta;| &ge; {hi:g} (far)' + common)
 
 
 def _claim(c: Claim) -> str:
@@ -184,28 +221,35 @@ def _header(h: Header) -> str:
     return f"<header><h1>{_e(h.title)}</h1>{banner}{facts}{warns}</header>"
 
 
-def _toc(tables: list[PaperTable], claims: list[Claim], figures: list[Figure]) -> str:
+def _toc(tables: list[PaperTable], claims: list[Claim], figures: list[Figure], effects: bool = False) -> str:
+    effects_li = '<li><a href="#effects">Effects: paper vs reproduction</a></li>' if effects else ""
     tl = "".join(f'<li><a href="#{_anchor("table", t.name)}">{_e(t.name)}</a></li>'
                  for t in tables)
     fl = "".join(f'<li><a href="#{_anchor("fig", f.name)}">{_e(f.title)}</a></li>'
                  for f in figures)
     return ('<nav class="toc" aria-label="Contents"><strong>Contents</strong><ul>'
             f'<li><a href="#claims">Claims check</a> ({len(claims)})</li>'
+            f'{effects_li}'
             f'<li><a href="#tables">Tables</a><ul>{tl}</ul></li>'
             f'<li><a href="#figures">Figures</a><ul>{fl}</ul></li></ul></nav>')
 
 
 def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
-                figures: list[Figure]) -> str:
-    """The whole report as one self-contained HTML5 document."""
+                figures: list[Figure], effects: list | None = None) -> str:
+    """The whole report as one self-contained HTML5 document. effects: the mini profile's
+    effects view (report.effects.EffectRow rows), shown before the tables."""
+    from .effects_view import effects_html
+
     claims_html = "".join(_claim(c) for c in claims) or "<p>No claims checked.</p>"
+    effects_part = effects_html(effects) if effects is not None else ""
     tables_html = "".join(_table(t) for t in tables) or "<p>No tables.</p>"
     figs_html = "".join(_figure(f) for f in figures) or "<p>No figures.</p>"
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{_e(header.title)}</title><style>{_CSS}</style></head><body>"
-            f"{_header(header)}{_toc(tables, claims, figures)}"
+            f"{_header(header)}{_toc(tables, claims, figures, effects is not None)}"
             f'<main><section id="claims"><h2>Claims check</h2>{claims_html}</section>'
-            f'<section id="tables"><h2>Tables</h2>{_legend()}{tables_html}</section>'
+            f"{effects_part}"
+            f'<section id="tables"><h2>Tables</h2>{_legend(header.profile == "mini")}{tables_html}</section>'
             f'<section id="figures"><h2>Figures</h2>{figs_html}</section></main>'
             "</body></html>\n")

@@ -26,7 +26,9 @@ _ESCAPES = {
 }
 # cell background per delta class (colortbl's \cellcolor with an inline HTML colour)
 _CELL_COLOURS = {"close": "D8F0D8", "near": "FFF0C2", "far": "F8D3D3"}
-_VERDICT_COLOURS = {"holds": "2E7D32", "does not hold": "C62828", "not enough cells": "757575"}
+_FLAT_COLOUR = "ECEFF1"  # did not learn
+_VERDICT_COLOURS = {"holds": "2E7D32", "does not hold": "C62828", "within noise": "B36B00",
+                    "not enough cells": "757575"}
 
 NO_ENGINE = ("no LaTeX engine found (install texlive-latex-base texlive-latex-recommended "
              "latexmk): report.pdf not built")
@@ -59,7 +61,7 @@ def _signed(x: float) -> str:
     return f"$+${x:.2f}" if x >= 0 else f"$-${-x:.2f}"
 
 
-def _cell(e: Entry | None) -> str:
+def _cell(e: Entry | None, compare: str = "absolute") -> str:
     if e is None:
         return ""
     paper = _num(e.paper) if e.paper is not None else "?"
@@ -72,7 +74,13 @@ def _cell(e: Entry | None) -> str:
         rep += r"$\pm$" + _num(e.std)
     if e.status == "partly-diverged":
         rep += r"$^\dagger$"
+    if e.same_run_as:
+        rep += r"$^{=}$"
     text = f"{rep} / {paper}"
+    if e.learned is False:  # within 5 points of chance
+        return r"\cellcolor[HTML]{%s}%s (n.l.)" % (_FLAT_COLOUR, text)
+    if compare == "effects":  # mini: absolute numbers cannot match; no delta, no delta colour
+        return text
     if e.delta is not None:
         text += f" ({_signed(e.delta)})"
     colour = _CELL_COLOURS.get(delta_class(e.delta))
@@ -84,15 +92,21 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?", ":")) else text + "."
 
 
-def _legend() -> str:
+def _legend(compare: str = "absolute") -> str:
     lo, hi = DELTA_BANDS
+    flags = (r" \colorbox[HTML]{%s}{n.l.}: did not learn (within 5 points of chance); $^{=}$: the same "
+             r"run as another cell, computed once." % _FLAT_COLOUR)
+    if compare == "effects":
+        return (r"Cells: reproduced (mean$\pm$std over seeds) / paper. Mini profile: stand-in data and "
+                r"models, so absolute numbers are not comparable with the paper's; compare the effects "
+                r"table. div.: all seeds diverged; --: missing; $^\dagger$: some seeds diverged." + flags)
     return (r"Cells: reproduced (mean$\pm$std over seeds) / paper (reproduced $-$ paper). "
             r"div.: all seeds diverged; --: missing (no result); $^\dagger$: some seeds "
             r"diverged, mean of the others; blank: no such cell in the paper. "
             r"Background: \colorbox[HTML]{%s}{$|\Delta|<%g$}, \colorbox[HTML]{%s}{$%g\leq|\Delta|<%g$},"
             r" \colorbox[HTML]{%s}{$|\Delta|\geq%g$} accuracy points."
             % (_CELL_COLOURS["close"], lo, _CELL_COLOURS["near"], lo, hi,
-               _CELL_COLOURS["far"], hi))
+               _CELL_COLOURS["far"], hi)) + flags
 
 
 def table_tex(t: PaperTable) -> str:
@@ -105,10 +119,10 @@ def table_tex(t: PaperTable) -> str:
         for i, label in enumerate(row.labels):
             same = prev is not None and tuple(prev[: i + 1]) == tuple(row.labels[: i + 1])
             labels.append("" if same else tex_escape(label))
-        lines.append(" & ".join(labels + [_cell(e) for e in row.entries]) + r" \\")
+        lines.append(" & ".join(labels + [_cell(e, t.compare) for e in row.entries]) + r" \\")
         prev = row.labels
     caption = " ".join(_sentence(tex_escape(s)) for s in (t.caption, t.note) if s.strip())
-    caption += " " + _legend()
+    caption += " " + _legend(t.compare)
     short = tex_escape(t.caption) or tex_escape(t.name)
     return "\n".join([
         r"\begin{table}[!htbp]", r"\centering", r"\small",
@@ -120,11 +134,12 @@ def table_tex(t: PaperTable) -> str:
 
 
 def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
-               figures: list[Figure], figure_files: dict[str, str]) -> str:
+               figures: list[Figure], figure_files: dict[str, str], effects: list | None = None) -> str:
     """A complete article that inputs tables/<name>.tex and includes figure_files[name]."""
     out = [r"\documentclass[11pt]{article}",
            r"\IfFileExists{geometry.sty}{\usepackage[margin=2cm]{geometry}}{}",
            r"\usepackage{booktabs}", r"\usepackage{graphicx}", r"\usepackage[table]{xcolor}",
+           r"\usepackage{longtable}",
            r"\IfFileExists{hyperref.sty}{\usepackage[hidelinks]{hyperref}}{}",
            r"\setcounter{totalnumber}{6}\renewcommand{\textfraction}{0.1}",
            r"\title{%s}" % tex_escape(header.title), r"\author{}", r"\date{}",
@@ -158,6 +173,9 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
         out.append(r"\end{itemize}")
     else:
         out.append("No claims checked.")
+    if effects is not None:
+        from .effects_view import effects_tex
+        out += [r"\clearpage", effects_tex(effects, tex_escape)]
     out += [r"\clearpage", r"\section{Tables}"]
     out += [r"\input{tables/%s.tex}" % _safe_name(t.name) for t in tables] or ["No tables."]
     out += [r"\clearpage", r"\section{Figures}"]
@@ -175,7 +193,7 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
 
 
 def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims: list[Claim],
-                figures: list[Figure]) -> dict:
+                figures: list[Figure], effects: list | None = None) -> dict:
     """Write tables/*.tex, figures/*.pdf|png and report.tex under out_dir.
 
     Returns {"report": Path, "tables": {name: Path}, "figures": {name: Path}}."""
@@ -195,7 +213,7 @@ def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims:
         figure_files[f.name] = rel
         written["figures"][f.name] = out_dir / rel
     report = out_dir / "report.tex"
-    report.write_text(report_tex(header, tables, claims, figures, figure_files), encoding="utf-8")
+    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects), encoding="utf-8")
     written["report"] = report
     return written
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from ..cells import Cell
 
 STATUSES = ("ok", "partly-diverged", "diverged", "missing")
-VERDICTS = ("holds", "does not hold", "not enough cells")
+LEARNED_MARGIN = 5.0  # points above chance a result must reach to count as learned
+VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,15 @@ class Entry:
     paper: float | None = None
     delta: float | None = None     # reproduced - paper
     diverged_at: str = ""          # epochs where seeds diverged, e.g. "[3]"
+    chance: float | None = None    # 100 / classes of the data the runs trained on
+    same_run_as: str = ""          # the cell whose run this cell's is (mini: computed once)
+
+    @property
+    def learned(self) -> bool | None:
+        """False when the reproduced accuracy is within LEARNED_MARGIN points of chance."""
+        if self.reproduced is None or self.chance is None:
+            return None
+        return self.reproduced > self.chance + LEARNED_MARGIN
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +75,8 @@ class PaperTable:
     columns: tuple[str, ...]       # e.g. ("DS (32-bit)", "LP-DS (8-bit)", ...)
     rows: tuple[Row, ...]
     note: str = ""                 # e.g. the mini-profile mapping
+    compare: str = "absolute"      # "absolute": coloured by |delta| to the paper (paper profile);
+                                   # "effects": absolute numbers cannot match (mini), no delta colour
 
 
 @dataclass(frozen=True, kw_only=True)

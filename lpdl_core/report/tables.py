@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..cells import Cell
+from .data import chance_of
 from .model import Entry, PaperTable, ReportData, Row
 
 MODEL_NAMES = {"resnet20": "ResNet-20", "resnet54": "ResNet-54", "vgg11": "VGG-11",
@@ -74,10 +75,14 @@ SHAPES = {
 }
 
 
-def _entry(row: dict) -> Entry:
+def _entry(row: dict, data: ReportData) -> Entry:
+    runs = data.runs.get(row["cell_id"], ())
+    shared = next((r.metrics["config"]["same_run_as"] for r in runs
+                   if r.metrics.get("config", {}).get("same_run_as")), "")
     return Entry(cell_id=row["cell_id"], status=row["status"], reproduced=row["reproduced"],
                  std=row["reproduced_std"] if row["seeds"] > 1 else None, seeds=row["seeds"],
-                 paper=row["paper"], delta=row["delta"], diverged_at=row.get("diverged_at") or "")
+                 paper=row["paper"], delta=row["delta"], diverged_at=row.get("diverged_at") or "",
+                 chance=chance_of(data, row["cell_id"]), same_run_as=shared)
 
 
 def paper_table(data: ReportData, table: str) -> PaperTable:
@@ -90,15 +95,16 @@ def paper_table(data: ReportData, table: str) -> PaperTable:
     grid: dict[tuple[str, ...], dict[str, Entry]] = {}
     for c in cells:
         row = by_id.get(c.cell_id)
-        entry = _entry(row) if row else Entry(cell_id=c.cell_id, status="missing", paper=c.paper_acc)
+        entry = _entry(row, data) if row else Entry(cell_id=c.cell_id, status="missing", paper=c.paper_acc)
         grid.setdefault(shape.row_of(c), {})[shape.column_of(c)] = entry
     rows = tuple(Row(labels=labels, entries=tuple(cols.get(k) for k in columns))
                  for labels, cols in grid.items())
     mappings = sorted({m for c in cells for r in data.runs.get(c.cell_id, ())
-                       for m in r.metrics.get("config", {}).get("mapping", [])})
+                       for m in r.metrics.get("config", {}).get("mapping", [])
+                       if not m.startswith("same run as")})  # per cell: shown in the cell itself
     note = ("Mini profile: " + "; ".join(mappings) + ".") if data.profile == "mini" and mappings else ""
     return PaperTable(name=table, caption=shape.caption, row_axes=shape.row_axes, columns=columns,
-                      rows=rows, note=note)
+                      rows=rows, note=note, compare="effects" if data.profile == "mini" else "absolute")
 
 
 def paper_tables(data: ReportData) -> list[PaperTable]:

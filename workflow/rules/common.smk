@@ -30,6 +30,7 @@ config.update(_cfg)
 
 from lpdl_core.cells import load_cells  # noqa: E402
 from lpdl_core.config import Fidelity  # noqa: E402
+from lpdl_core.jobs import plan_jobs  # noqa: E402
 from lpdl_core.runstore import run_identity  # noqa: E402
 
 PROFILE = config["profile"]
@@ -40,6 +41,7 @@ try:
 except LpdlError as e:
     _fail(e)
 CELL_BY_ID = {c.cell_id: c for c in CELLS}
+JOBS = plan_jobs(CELLS, PROFILE, config.get("cells_per_job"))
 RUN_DIR = "results/{profile}/runs/{cell}/seed{seed}"
 
 # How a job runs, never what it computes: these reach the train command as globals, not params,
@@ -63,18 +65,42 @@ def metrics_of(table):
     return expand(RUN_DIR + "/metrics.json", profile=PROFILE, cell=ids, seed=config["seeds"])
 
 
-def run_identity_of(wildcards):
-    """What defines the run (cell columns, seed, profile, fidelity): a change reruns the cell."""
-    ident = run_identity(CELL_BY_ID[wildcards.cell], profile=wildcards.profile, seed=int(wildcards.seed),
-                         fidelity=FIDELITY)
-    return json.dumps(ident, sort_keys=True)
+def job_identity(job, wildcards):
+    """What defines the job's runs (each cell's columns, seed, profile, fidelity): a change reruns
+    the job (its other cells come back from .kept, not recomputed)."""
+    idents = [run_identity(CELL_BY_ID[c], profile=wildcards.profile, seed=int(wildcards.seed), fidelity=FIDELITY)
+              for c in job.cells]
+    return json.dumps(idents, sort_keys=True)
 
 
-def train_resources(cell_id):
-    """Per-cell resources: tiny in the mini profile; by model size in the paper profile."""
-    c = CELL_BY_ID[cell_id]
+def job_cells_opt(job):
+    return " ".join(f"--cell {shlex.quote(c)}" for c in job.cells)
+
+
+# Minutes per mini cell on one CPU thread (measured on a 2-core machine: 1-25 s per cell plus the
+# job's start-up); hours per paper cell on one GPU by model.
+MINI_CELL_MINUTES = 2
+PAPER_HOURS = {"resnet20": 6, "resnet54": 12, "vgg11": 12, "resnet18": 12, "distilbert": 8}
+
+
+# Relative cost of one cell's step by model (measured step times of the mini stand-ins), used to
+# start the longest jobs first so that the last job to finish is a short one.
+_STEP_COST = {"resnet20": 1.0, "resnet54": 1.8, "vgg11": 0.9, "resnet18": 2.0, "mobilenetv2": 1.0,
+              "distilbert": 0.6}
+
+
+def job_priority(job):
+    cells = [CELL_BY_ID[c] for c in job.cells if c not in dict(job.shares)]
+    cost = sum(_STEP_COST.get(c.model, 1.0) * max(c.nodes, 1) * (2.3 if c.precision == "int8" else 1.0)
+               for c in cells)
+    return int(cost)
+
+
+def train_resources(job):
+    """Per-job resources: tiny in the mini profile; by model size in the paper profile."""
+    cells = [CELL_BY_ID[c] for c in job.cells]
     if PROFILE == "mini":
-        return {"mem_mb": 3000, "runtime": 30, "gpu": 0}
-    big = c.model in ("vgg11", "resnet18", "distilbert")
-    hours = {"resnet20": 6, "resnet54": 12, "vgg11": 12, "resnet18": 12, "distilbert": 8}[c.model]
+        return {"mem_mb": 3000, "runtime": 10 + MINI_CELL_MINUTES * len(cells), "gpu": 0}
+    big = any(c.model in ("vgg11", "resnet18", "distilbert") for c in cells)
+    hours = sum(PAPER_HOURS[c.model] for c in cells)
     return {"mem_mb": 64000 if big else 24000, "runtime": 60 * hours, "gpu": 1}

@@ -1,25 +1,40 @@
-rule train:
-    """One paper cell = one training run. Reruns only when what defines the run changes
-    (params.identity: the cell's columns, seed, profile, fidelity); device, executor, threads and
-    paths are not part of it. Resumes from checkpoint.pt (not a declared output, so it survives a
-    failed or preempted job); a finished copy in .kept/ survives Snakemake's deletion of outputs."""
-    output:
-        RUN_DIR + "/metrics.json",
-    log:
-        "results/{profile}/logs/train/{cell}/seed{seed}.log",
-    benchmark:
-        "results/{profile}/benchmarks/train/{cell}/seed{seed}.tsv"
-    params:
-        identity=run_identity_of,
-    threads: config["threads_per_job"]
-    resources:
-        mem_mb=lambda wc: train_resources(wc.cell)["mem_mb"],
-        runtime=lambda wc, attempt: train_resources(wc.cell)["runtime"] * attempt,
-        gpu=lambda wc: train_resources(wc.cell)["gpu"],
-    conda:
-        "../../envs/lpdl.yaml"
-    shell:
-        "OMP_NUM_THREADS={threads} python -m lpdl_core train --cell {wildcards.cell:q} "
-        "--profile {wildcards.profile:q} --seed {wildcards.seed:q} --out \"$(dirname {output:q})\" "
-        "--paper-dir {PAPER_DIR_Q} --device {DEVICE_Q} --executor {EXECUTOR_Q} {DATA_ROOT_OPT} "
-        "--fidelity {FIDELITY_OPT} > {log:q} 2>&1"
+# Training jobs: one rule per job of lpdl_core.jobs.plan_jobs (a block's cells of one precision
+# in the mini profile, one cell in the paper profile). Every cell keeps its own output
+# (RUN_DIR/metrics.json), run folder, checkpoint and resume.
+#
+# A job reruns only when what defines one of its runs changes (params.identity: each cell's
+# columns, seed, profile, fidelity); device, executor, threads and paths are not part of it.
+# Each cell resumes from its checkpoint.pt (not a declared output, so it survives a failed or
+# preempted job); a finished copy in .kept/ survives Snakemake's deletion of a failed job's
+# outputs, so a rerun restores finished cells instead of recomputing them.
+
+for _job in JOBS:
+
+    rule:
+        name:
+            _job.rule
+        output:
+            [RUN_DIR.replace("{cell}", c) + "/metrics.json" for c in _job.cells],
+        log:
+            f"results/{{profile}}/logs/train/{_job.name}/seed{{seed}}.log",
+        benchmark:
+            f"results/{{profile}}/benchmarks/train/{_job.name}/seed{{seed}}.tsv"
+        params:
+            identity=lambda wc, job=_job: job_identity(job, wc),
+            # shell: is evaluated when the job runs, after this loop has ended: everything
+            # job-specific must reach it through params, bound now
+            cells=job_cells_opt(_job),
+        threads: config["threads_per_job"]
+        priority: job_priority(_job)
+        resources:
+            mem_mb=lambda wc, job=_job: train_resources(job)["mem_mb"],
+            runtime=lambda wc, attempt, job=_job: train_resources(job)["runtime"] * attempt,
+            gpu=lambda wc, job=_job: train_resources(job)["gpu"],
+        conda:
+            "../../envs/lpdl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} python -m lpdl_core train {params.cells} "
+            "--profile {wildcards.profile:q} --seed {wildcards.seed:q} "
+            "--out results/{wildcards.profile:q}/runs/{{cell}}/seed{wildcards.seed:q} "
+            "--paper-dir {PAPER_DIR_Q} --device {DEVICE_Q} --executor {EXECUTOR_Q} {DATA_ROOT_OPT} "
+            "--fidelity {FIDELITY_OPT} > {log:q} 2>&1"

@@ -1,0 +1,117 @@
+"""The mini profile's stand-ins: one small model per paper model, each of its paper model's family,
+sized for the 8x8 digits stand-in so the whole grid trains on a laptop.
+
+| paper model  | stand-in          | what is kept                                                    |
+|--------------|-------------------|-----------------------------------------------------------------|
+| ResNet-20    | `mini-resnet20`   | CIFAR ResNet, 3 stages 16/32/64, 1 BasicBlock per stage (depth 8) |
+| ResNet-54    | `mini-resnet54`   | the same, 2 BasicBlocks per stage (depth 14): deeper than above |
+| VGG-11       | `mini-vgg11`      | VGG: 3x3 conv + norm pairs [32, 32, M, 64, 64, M, 128, M], MLP head |
+| ResNet-18    | `mini-resnet18`   | ImageNet ResNet: 4 stages 16/32/64/128 (8/8/4/2 px), 1 block each, 3x3 stem |
+| MobileNetV2  | `mini-mobilenetv2`| inverted residuals (t = 1/4/4), stages 16/32/64, 1x1 head to 128 |
+
+Each stand-in is built by its paper model's own class (same blocks, norms, 8-bit layers and
+initialisation), only with fewer or narrower stages: precision, norm kind and the quantizer
+settings pass through unchanged. Names and descriptions: lpdl_core.mini.STANDINS (torch-free). VGG's dropout is off in the stand-in (with a few hundred steps
+it only slows learning); that is recorded in every run's mapping.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from torch import nn
+
+from ..mini import standin
+from ..quant.quantizer import QuantCfg
+from .mobilenetv2 import MobileNetV2
+from .resnet_cifar import ResNetCifar, resolve_precision
+from .resnet_imagenet import ResNetImagenet
+from .vgg import VGG
+
+
+def _resnet20(num_classes, norm, qcfg):
+    return ResNetCifar(8, num_classes, norm, qcfg, width=16)
+
+
+def _resnet54(num_classes, norm, qcfg):
+    return ResNetCifar(14, num_classes, norm, qcfg, width=16)
+
+
+def _vgg11(num_classes, norm, qcfg):
+    return VGG(num_classes, norm, qcfg, "cifar", cfg=(32, 32, "M", 64, 64, "M", 128, "M"), hidden=128,
+               dropout=0.0)
+
+
+def _resnet18(num_classes, norm, qcfg):
+    return ResNetImagenet((1, 1, 1, 1), num_classes, norm, qcfg, widths=(16, 32, 64, 128), stem="small",
+                          strides=(1, 1, 2, 2))
+
+
+def _mobilenetv2(num_classes, norm, qcfg):
+    cfg = ((1, 16, 1, 1), (4, 32, 1, 2), (4, 64, 1, 2))
+    return MobileNetV2(num_classes, norm, qcfg, cfg=cfg, stem=16, head=128)
+
+
+BUILDERS: dict[str, Callable] = {"resnet20": _resnet20, "resnet54": _resnet54, "vgg11": _vgg11,
+                                 "resnet18": _resnet18, "mobilenetv2": _mobilenetv2}
+
+
+def build_standin(model: str, *, precision: str = "fp", norm: str | None = None, num_classes: int = 10,
+                  qcfg: QuantCfg | None = None) -> nn.Module:
+    """The mini stand-in of a paper model at the given precision and norm kind (as build_model)."""
+    standin(model)  # ValueError naming the models that have one
+    norm, qcfg = resolve_precision(precision, norm, qcfg)
+    return BUILDERS[model](num_classes, norm, qcfg)
+
+
+# --------------------------------------------------------------------------------------------
+# DistilBERT's stand-in: a tiny DistilBERT that starts from pretrained word embeddings.
+
+def pretrained_word_embeddings(dim: int):
+    """(30522, dim) float32: MiniLM's pretrained WordPiece embeddings (the uncased vocabulary of
+    distilbert-base-uncased) projected on their top `dim` principal components and scaled to unit
+    variance. Deterministic (eigendecomposition of the 384x384 covariance, each component's sign
+    fixed by its largest entry); cached under the data root, keyed by the weights' sha256."""
+    import torch
+
+    from ..data.base import data_root
+    from ..data.cache import file_sha256, load_cache, save_cache
+    from .transformer import minilm_path
+
+    weights = minilm_path() / "model.safetensors"
+    cache = data_root() / "lpdl-cache" / f"minilm-words-pca{dim}.npz"
+    source = f"{weights.name} sha256 {file_sha256(weights)} | pca {dim}"
+    z = load_cache(cache, source)
+    if z is not None and "words" in z:
+        return torch.from_numpy(z["words"])
+    from safetensors.torch import load_file
+
+    w = next(v for k, v in load_file(str(weights)).items() if k.endswith("word_embeddings.weight"))
+    w = w.double() - w.double().mean(0)
+    _, vecs = torch.linalg.eigh(w.T @ w)                 # ascending eigenvalues
+    top = vecs[:, -dim:].flip(1)                           # (384, dim), largest first
+    top = top * torch.sign(top.gather(0, top.abs().argmax(0, keepdim=True)))
+    p = w @ top
+    p = (p / p.std()).float().contiguous()
+    save_cache(cache, source, {"words": p.numpy()})
+    return p
+
+
+def mini_distilbert(num_labels: int, *, precision: str = "fp", qcfg: QuantCfg | None = None,
+                    dim: int = 64, n_layers: int = 1, n_heads: int = 2, hidden_dim: int = 128,
+                    max_length: int = 32) -> nn.Module:
+    """DistilBERT's mini stand-in: a DistilBERT of the given size (random init) whose word
+    embeddings are `pretrained_word_embeddings(dim)`, frozen (so not gossiped: a node's message
+    is the encoder and head). Returns a SequenceClassifier (input ids -> logits)."""
+    import torch
+
+    from .transformer import SequenceClassifier, distilbert_classifier, tiny_distilbert_config
+
+    conf = tiny_distilbert_config(vocab_size=30522, num_labels=num_labels, dim=dim, n_layers=n_layers,
+                                  n_heads=n_heads, hidden_dim=hidden_dim, max_position_embeddings=max_length)
+    model = distilbert_classifier(num_labels, precision=precision, qcfg=qcfg, pretrained=None,
+                                  config_overrides=conf)
+    words = model.distilbert.embeddings.word_embeddings
+    with torch.no_grad():
+        words.weight.copy_(pretrained_word_embeddings(dim))
+    words.weight.requires_grad_(False)
+    return SequenceClassifier(model)

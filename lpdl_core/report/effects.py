@@ -1,0 +1,143 @@
+"""The paper's effects, block by block: what changes when one axis changes, in the paper and in
+the reproduction, with the spread over seeds.
+
+On stand-in data (the mini profile) absolute accuracies cannot match the paper's, but effects can:
+FP − LP, CHOCO − DS, the drop from the smallest to the largest skew, 8 vs 16 nodes, and 0 % vs
+compressed. An effect compares pairs of cells that differ in that axis only (and in what goes
+with it: the norm with the precision, η with the compression, block and batch per node with the
+node count). For every seed s the reproduced effect is the mean over the block's pairs of
+acc_s(a) − acc_s(b); the table gives its mean and standard deviation over seeds beside the
+paper's effect (the mean of the same differences of the paper's numbers).
+
+Only cells that learned count: a cell within LEARNED_MARGIN points of chance (100 / classes) did
+not learn, and every pair touching it is left out. Verdicts:
+  agrees        the reproduced effect has the paper's sign;
+  opposite      it has the other sign;
+  within noise  the seed spread is at least as large as the reproduced effect (>= 2 seeds);
+  not learned   no pair of learned cells;
+  missing       no pair with results.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping
+
+LEARNED_MARGIN = 5.0   # points above chance a cell must reach to count as having learned
+SIGN_EPS = 0.05        # |effect| below this (points) has no sign: it agrees with either
+VERDICTS = ("agrees", "opposite", "within noise", "not learned", "missing")
+PAIRING = ("table", "dataset", "model", "topology", "nodes", "compression", "skew", "algorithm",
+           "precision", "momentum", "optimizer", "lr", "epochs")
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One effect: the axis that changes, its two sides, and how pairs are formed."""
+
+    name: str
+    axis: str
+    a: Callable[[list], object]          # picks side a's value from the values present
+    b: Callable[[list], object]
+    ignore: tuple[str, ...] = ()         # axes that change with `axis` (not pairing keys)
+    where: Callable[[object], bool] = lambda c: True
+
+
+EFFECTS = (
+    Effect("FP − LP", "precision", lambda v: "fp32", lambda v: "int8"),
+    Effect("CHOCO − DS", "algorithm", lambda v: "choco", lambda v: "ds"),
+    Effect("skew drop (smallest − largest skew)", "skew", min, max),
+    Effect("8 − 16 nodes", "nodes", lambda v: 8, lambda v: 16, ignore=("block", "batch_per_node"),
+           where=lambda c: c.compression == 0),
+    Effect("0 % − compressed", "compression", lambda v: 0, lambda v: max(v), ignore=("eta",)),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EffectRow:
+    effect: str
+    table: str
+    block: str                  # "resnet20-dring8", or "resnet20-dring8 vs resnet20-dring16"
+    pairs: int                  # pairs of learned cells behind `reproduced`
+    paper: float | None         # the paper's effect (points)
+    reproduced: float | None    # mean over seeds of the reproduced effect
+    spread: float | None        # standard deviation over seeds (None with one seed)
+    seeds: int
+    verdict: str                # one of VERDICTS
+
+
+def chance(num_classes: int) -> float:
+    return 100.0 / num_classes
+
+
+def learned(acc: float | None, num_classes: int) -> bool:
+    """Whether an accuracy is more than LEARNED_MARGIN points above chance."""
+    return acc is not None and acc > chance(num_classes) + LEARNED_MARGIN
+
+
+def _key(cell, effect: Effect) -> tuple:
+    return tuple(getattr(cell, k) for k in PAIRING if k != effect.axis and k not in effect.ignore)
+
+
+def _pairs(cells: list, effect: Effect) -> dict[tuple[str, str, str], list[tuple[object, object]]]:
+    """(table, block of a, block of b) -> [(cell a, cell b)] for cells differing only in
+    effect.axis (block names repeat across tables: Table 1 and Table 5 both have
+    "agnews-distilbert")."""
+    groups: dict[tuple, dict[object, object]] = {}
+    for c in cells:
+        if effect.where(c):
+            groups.setdefault(_key(c, effect), {})[getattr(c, effect.axis)] = c
+    out: dict[tuple[str, str], list] = {}
+    for g in groups.values():
+        values = list(g)
+        if len(values) < 2:
+            continue
+        va, vb = effect.a(values), effect.b(values)
+        if va in g and vb in g and va != vb:
+            out.setdefault((g[va].table, g[va].block, g[vb].block), []).append((g[va], g[vb]))
+    return out
+
+
+def _verdict(paper: float | None, values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    if len(values) > 1 and statistics.stdev(values) >= abs(mean):
+        return "within noise"
+    if paper is None or abs(paper) < SIGN_EPS or abs(mean) < SIGN_EPS:
+        return "agrees"
+    return "agrees" if (paper > 0) == (mean > 0) else "opposite"
+
+
+def block_effects(cells: Iterable, acc: Mapping[tuple[str, int], float], seeds: Iterable[int],
+                  num_classes: Mapping[str, int]) -> list[EffectRow]:
+    """Every effect in every block that has pairs.
+
+    cells: the paper cells (lpdl_core.cells.Cell). acc: (cell_id, seed) -> reproduced accuracy
+    of finished runs (status ok). num_classes: cell_id -> classes of the data it ran on.
+    """
+    cells, seeds = list(cells), sorted(set(seeds))
+    rows = []
+    for effect in EFFECTS:
+        for (table, block_a, block_b), pairs in _pairs(cells, effect).items():
+            paper_d = [a.paper_acc - b.paper_acc for a, b in pairs
+                       if a.paper_acc is not None and b.paper_acc is not None]
+            paper = statistics.fmean(paper_d) if paper_d else None
+            per_seed, used, with_results = [], 0, False
+            for s in seeds:
+                both = [(a, b) for a, b in pairs if (a.cell_id, s) in acc and (b.cell_id, s) in acc]
+                with_results |= bool(both)
+                ok = [(a, b) for a, b in both
+                      if learned(acc[a.cell_id, s], num_classes[a.cell_id])
+                      and learned(acc[b.cell_id, s], num_classes[b.cell_id])]
+                if ok:
+                    per_seed.append(statistics.fmean(acc[a.cell_id, s] - acc[b.cell_id, s] for a, b in ok))
+                    used = max(used, len(ok))
+            block = block_a if block_a == block_b else f"{block_a} vs {block_b}"
+            if per_seed:
+                verdict = _verdict(paper, per_seed)
+                mean = statistics.fmean(per_seed)
+                spread = statistics.stdev(per_seed) if len(per_seed) > 1 else None
+            else:
+                verdict, mean, spread = ("not learned" if with_results else "missing"), None, None
+            rows.append(EffectRow(effect=effect.name, table=table, block=block, pairs=used,
+                                  paper=paper, reproduced=mean, spread=spread, seeds=len(per_seed),
+                                  verdict=verdict))
+    return rows

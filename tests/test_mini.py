@@ -1,0 +1,128 @@
+"""The mini profile's protocol: one global-batch rule, distinct stand-ins of each paper model's
+family, the per-step schedule, and cells whose mini runs are the same run computed once."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from lpdl_core.cells import cells_by_id, load_cells
+from lpdl_core.jobs import plan_jobs
+from lpdl_core.mini import BATCH_DIVISOR, STANDINS, mini_batch, mini_run, run_key, same_runs
+from lpdl_core.schedule import ScheduleCfg, lr_at, lr_at_step
+
+ALL = load_cells()
+CELLS = cells_by_id(ALL)
+
+
+def test_one_global_batch_rule_for_every_cell():
+    for c in ALL:
+        m = mini_run(c)
+        assert m.batch_per_node == max(1, c.batch_per_node // BATCH_DIVISOR)
+        assert m.batch_per_node * c.nodes == max(c.nodes, c.batch_per_node * c.nodes // BATCH_DIVISOR)
+        assert any(f"batch per node {c.batch_per_node} -> {m.batch_per_node}" in line for line in m.mapping)
+    assert mini_batch(3) == 1
+
+
+def test_epochs_depend_on_the_data_kind_only():
+    """Effects compare cells of a block, and blocks across tables (8 vs 16 nodes): the protocol
+    must not differ by table, block or node count."""
+    image = {mini_run(c).epochs for c in ALL if c.model != "distilbert"}
+    text = {mini_run(c).epochs for c in ALL if c.model == "distilbert"}
+    assert len(image) == 1 and len(text) == 1
+
+
+def test_each_paper_model_has_its_own_standin_of_its_family():
+    import torch
+
+    from lpdl_core.models.mini import build_standin
+    from lpdl_core.models.mobilenetv2 import MobileNetV2
+    from lpdl_core.models.resnet_cifar import ResNetCifar
+    from lpdl_core.models.resnet_imagenet import ResNetImagenet
+    from lpdl_core.models.vgg import VGG
+
+    assert len({name for name, _ in STANDINS.values()}) == len(STANDINS)
+    family = {"resnet20": ResNetCifar, "resnet54": ResNetCifar, "vgg11": VGG, "resnet18": ResNetImagenet,
+              "mobilenetv2": MobileNetV2}
+    x = torch.randn(2, 3, 8, 8)
+    sizes = {}
+    for model, cls in family.items():
+        for precision in ("fp", "lp"):
+            net = build_standin(model, precision=precision)
+            assert isinstance(net, cls)
+            assert net(x).shape == (2, 10)
+        sizes[model] = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    r20, r54 = build_standin("resnet20"), build_standin("resnet54")
+    assert r54.blocks_per_stage > r20.blocks_per_stage          # ResNet-54 deeper than ResNet-20
+    assert sum(isinstance(m, torch.nn.MaxPool2d) for m in build_standin("vgg11").modules()) == 3
+    assert len(set(sizes.values())) == len(sizes)               # no two stand-ins the same net
+    lp = build_standin("resnet20", precision="lp")
+    assert type(lp.conv1).__name__ == "QConv2d"
+    with pytest.raises(ValueError, match="no mini stand-in"):
+        build_standin("resnet152")
+
+
+def test_cosine_schedule_per_step():
+    cfg = ScheduleCfg(kind="cosine", warmup_epochs=0, warmup_fraction=0.2)
+    lrs = [lr_at_step(t, 100, 0.1, cfg) for t in range(100)]
+    assert lrs[0] == pytest.approx(0.1 / 20) and lrs[19] == pytest.approx(0.1)      # linear warm-up
+    assert lrs[20] == pytest.approx(0.1) and lrs[60] == pytest.approx(0.05)          # cosine half-way
+    assert lrs[99] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 79 / 80)))
+    assert all(a >= b for a, b in zip(lrs[19:], lrs[20:]))
+    with pytest.raises(ValueError):
+        lr_at(0, 0.1, cfg)
+    with pytest.raises(ValueError):
+        lr_at_step(100, 100, 0.1, cfg)
+    with pytest.raises(ValueError):
+        ScheduleCfg(kind="cosine", warmup_fraction=1.0)
+
+
+def test_same_runs_are_exactly_the_reducible_cells():
+    shared = same_runs(ALL)
+    for cid, primary in shared.items():
+        a, b = CELLS[cid], CELLS[primary]
+        assert run_key(a, 0) == run_key(b, 0) and ALL.index(b) < ALL.index(a)
+        if a.algorithm != b.algorithm:  # DS and CHOCO share only where both are D-PSGD/SGP
+            assert a.compression == 0 and a.eta == 1.0 and {a.algorithm, b.algorithm} == {"ds", "choco"}
+    # every 0 %-compression CHOCO cell of Tables 2 and 5 is its DS twin's run; compressed ones never
+    t2 = [c for c in ALL if c.table in ("table2", "table5") and c.algorithm == "choco"]
+    assert all((c.cell_id in shared) == (c.compression == 0) for c in t2)
+    # Figure 1's EvoNorm curve is Table 2's CHOCO (= DS) cell at skew 0.8; other norms are new runs
+    assert shared["fig1-resnet20-dring8-c0-s0.8-choco-fp32-evonorm"] == "t2-resnet20-dring8-c0-s0.8-ds-fp32"
+    assert "fig1-resnet20-dring8-c0-s0.8-choco-fp32-bn" not in shared
+    assert len(shared) == 45
+
+
+def test_jobs_cover_every_cell_once_and_keep_shared_runs_with_their_primary():
+    jobs = plan_jobs(ALL, "mini")
+    ids = [c for j in jobs for c in j.cells]
+    assert sorted(ids) == sorted(c.cell_id for c in ALL)
+    for j in jobs:
+        for cell, primary in j.shares:
+            assert primary in j.cells and j.cells.index(primary) < j.cells.index(cell)
+        assert j.rule.isidentifier()
+    assert len({j.rule for j in jobs}) == len(jobs)
+    paper = plan_jobs(ALL, "paper")
+    assert [j.cells for j in paper] == [(c.cell_id,) for c in ALL] and not any(j.shares for j in paper)
+    with pytest.raises(ValueError):
+        plan_jobs(ALL, "mini", "table")
+
+
+def test_train_several_cells_in_one_process_shares_identical_runs(tmp_path):
+    a, b = "t2-resnet20-dring8-c0-s0.9-ds-fp32", "t2-resnet20-dring8-c0-s0.9-choco-fp32"
+    out = str(tmp_path / "{cell}" / "seed7")
+    cmd = [sys.executable, "-m", "lpdl_core", "train", "--cell", a, "--cell", b, "--seed", "7", "--out", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    ma = json.loads((tmp_path / a / "seed7" / "metrics.json").read_text())
+    mb = json.loads((tmp_path / b / "seed7" / "metrics.json").read_text())
+    assert mb["config"]["same_run_as"] == a and "same_run_as" not in ma["config"]
+    assert mb["identity"]["cell_id"] == b and mb["identity"]["cell"]["algorithm"] == "choco"
+    assert mb["final"] == ma["final"] and mb["config"]["cell"]["algorithm"] == "choco"
+    assert (tmp_path / b / "seed7" / "curve.csv").read_text() == (tmp_path / a / "seed7" / "curve.csv").read_text()
+    assert "same run as" in mb["config"]["mapping"][-1]
+    # several cells need a {cell} template; a bad cell fails alone
+    r = subprocess.run(cmd[:-1] + [str(tmp_path / "x")], capture_output=True, text=True)
+    assert r.returncode == 2 and "{cell}" in r.stderr
+

@@ -1,0 +1,54 @@
+"""`lpdl targets` (the mini profile's learning targets) and `lpdl timing` (where a run's time
+went), on synthetic run folders in the real layout."""
+import json
+import subprocess
+import sys
+
+from lpdl_core.cells import cells_by_id, load_cells
+from lpdl_core.jobs import plan_jobs
+from lpdl_core.targets import check_targets, not_learned
+from lpdl_core.timing import pipeline_timing
+
+CELLS = cells_by_id(load_cells())
+
+
+def _run(results, cell, acc, seed=1, classes=10, wall=1.0, **config):
+    d = results / "runs" / cell / f"seed{seed}"
+    d.mkdir(parents=True)
+    m = {"status": "ok", "final": {"mean_acc": acc}, "num_classes": classes, "wall_time_s": wall,
+         "config": {"cell_id": cell, **config}}
+    (d / "metrics.json").write_text(json.dumps(m))
+
+
+def test_targets_name_each_miss_with_its_value(tmp_path):
+    pick = ["t1-resnet20-single-c0-s0-none-fp32", "t1-resnet20-single-c0-s0-none-int8",
+            "t2-resnet20-dring8-c0-s0-ds-fp32", "t2-resnet20-dring8-c0-s0-ds-int8",
+            "t5-agnews-distilbert-dring4-c0-s0-ds-fp32", "t2-resnet20-dring8-c99-s0.9-ds-fp32"]
+    cells = [CELLS[c] for c in pick]
+    for c, acc in zip(pick, [95.0, 92.9, 97.0, 94.5, 49.0, 12.0]):
+        _run(tmp_path, c, acc, classes=4 if "agnews" in c else 10)
+    checks = {(ch.target, ch.subject): ch for ch in check_targets(tmp_path, cells, [1])}
+    assert checks["single-node image >= 93", pick[0]].ok
+    assert not checks["single-node image >= 93", pick[1]].ok and checks["single-node image >= 93", pick[1]].value == 92.9
+    assert checks["8-node >= 90", pick[2]].ok and checks["8-node >= 90", pick[3]].ok
+    gap = checks["8-node |FP - LP| <= 2", f"{pick[2]} vs {pick[3]}"]
+    assert not gap.ok and abs(gap.value - 2.5) < 1e-9
+    assert not checks["text >= 2x chance", pick[4]].ok       # chance 25 %: needs 50
+    assert not_learned(tmp_path, cells, [1]) == [(pick[5], 1, 12.0)]  # within 5 points of 10 %
+    r = subprocess.run([sys.executable, "-m", "lpdl_core", "targets", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 1 and "NOT MET t1-resnet20-single-c0-s0-none-int8: 92.90" in r.stdout
+
+
+def test_timing_splits_job_wall_into_training_and_the_rest(tmp_path):
+    cells = [CELLS["t2-resnet20-dring8-c0-s0-ds-fp32"], CELLS["t2-resnet20-dring8-c0-s0-choco-fp32"]]
+    jobs = plan_jobs(cells, "mini")
+    assert len(jobs) == 1 and jobs[0].shares
+    _run(tmp_path, cells[0].cell_id, 97.0, seed=1234, wall=10.0)
+    _run(tmp_path, cells[1].cell_id, 97.0, seed=1234, wall=10.0, same_run_as=cells[0].cell_id)
+    bench = tmp_path / "benchmarks" / "train" / jobs[0].name
+    bench.mkdir(parents=True)
+    (bench / "seed1234.tsv").write_text("s\th:m:s\tmax_rss\n13.5\t0:00:13\t500\n")
+    t = pipeline_timing(tmp_path, jobs, cells)
+    assert (t["jobs"], t["runs_computed"], t["runs_shared"]) == (1, 1, 1)
+    assert t["job_wall_s"] == 13.5 and t["train_s"] == 10.0 and t["outside_train_s"] == 3.5
+    assert t["train_s_by_model"] == {"resnet20 fp32": 10.0}
