@@ -588,6 +588,14 @@ def _metrics(repo: Path) -> Path:
     return repo / "results/mini/runs" / FAST_CELL / "seed1234" / "metrics.json"
 
 
+def _job_of(cell_id: str):
+    """The mini profile's training job that runs cell_id (lpdl_core.jobs)."""
+    from lpdl_core.cells import load_cells
+    from lpdl_core.jobs import plan_jobs
+
+    return next(j for j in plan_jobs(load_cells(), "mini") if cell_id in j.cells)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("change", [
     ["device=cuda"], ["executor=batched"], ["threads_per_job=2"], ["data_root=/some/where"],
@@ -624,7 +632,7 @@ def test_rerun_a_failed_rerun_loses_nothing_and_same_settings_restore(pipeline):
     p = smk(pipeline, "-c1", "results/mini/tables/table1.csv", "--config", "paper_dir=small", "tables=[table1]")
     assert p.returncode == 0, p.stderr[-2000:]
     assert metrics.read_text() == before
-    log = (pipeline / "results/mini/logs/train" / FAST_CELL / "seed1234.log").read_text()
+    log = (pipeline / "results/mini/logs/train" / _job_of(FAST_CELL).name / "seed1234.log").read_text()
     assert "restored the finished result" in log and "epoch 1/" not in log
 
 
@@ -632,7 +640,7 @@ def test_rerun_a_failed_rerun_loses_nothing_and_same_settings_restore(pipeline):
 def test_rerun_forced_with_quoted_hostile_data_root_restores_and_runs_no_shell_code(pipeline, tmp_path):
     before = _metrics(pipeline).read_text()
     evil = f"{tmp_path}/my data; touch {tmp_path}/PWNED; false #"
-    p = smk(pipeline, "-c1", "--forcerun", "train", "results/mini/tables/table1.csv", "--config",
+    p = smk(pipeline, "-c1", "--forcerun", _job_of(FAST_CELL).rule, "results/mini/tables/table1.csv", "--config",
             "paper_dir=small", "tables=[table1]", f"data_root={evil}")
     assert p.returncode == 0, p.stderr[-2000:]
     assert not (tmp_path / "PWNED").exists()

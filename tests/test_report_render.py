@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import io
-import re
 import os
+import re
 import shutil
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -110,7 +111,11 @@ def test_html_header_claims_figures(report):
     assert "http://" not in doc and "https://" not in doc
     for anchor in ("claims", "tables", "figures", "table-table2", "fig-fig1-norm-curves"):
         assert f'href="#{anchor}"' in doc and f'id="{anchor}"' in doc
-    assert "|&Delta;| &lt; 1 (close)" in doc and "|&Delta;| &ge; 3 (far)" in doc
+    # mini: no |delta| bands (stand-in numbers are not comparable); paper: the bands
+    assert "not coloured by their difference" in doc and "|&Delta;| &lt; 1 (close)" not in doc
+    header, *rest = report
+    paper_doc = render_html(replace(header, profile="paper"), *rest)
+    assert "|&Delta;| &lt; 1 (close)" in paper_doc and "|&Delta;| &ge; 3 (far)" in paper_doc
 
 
 def test_html_paper_profile_has_no_mini_banner(report):
