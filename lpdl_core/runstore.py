@@ -160,6 +160,8 @@ def kept_key(identity: Mapping) -> str:
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists() and os.path.samefile(src, dst):
+        return  # already this file (rename() onto a hard link of itself would leave tmp behind)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:

@@ -98,16 +98,21 @@ def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_p
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     finished, interrupted = done[0], ckpt[0].parent
-    mtime = finished.stat().st_mtime_ns
+    mtime, content = finished.stat().st_mtime_ns, finished.read_bytes()
     # what `make reproduce` does: clear the lock the killed run left behind, then the same command
     assert _smk(repo, "--unlock", *cfg).returncode == 0
     p = _smk(repo, "-c1", *cfg)
     assert p.returncode == 0, p.stderr[-3000:]
-    assert finished.stat().st_mtime_ns == mtime  # not recomputed
-    cell = interrupted.parent.name
+    cell, done_cell = interrupted.parent.name, finished.parent.parent.name
     logs = [p.read_text() for p in (repo / "results/mini/logs/train").glob("*/seed1234.log")]
     log = next(text for text in logs if f"[{cell}]" in text)
     assert f"[{cell}] resuming at epoch" in log
+    assert finished.read_bytes() == content  # not recomputed ...
+    if rows == (1, 2):  # ... its job was not rerun at all
+        assert finished.stat().st_mtime_ns == mtime
+    else:  # ... its job was rerun (incomplete): restored from its kept copy, no epoch trained
+        assert f"[{done_cell}] restored the finished result" in log and f"[{done_cell}] epoch" not in log
+    assert not list(finished.parent.glob(".*.tmp"))
     resumed = json.loads((interrupted / "metrics.json").read_text())
     # the same cell, uninterrupted
     ref_dir = tmp_path / "ref"
