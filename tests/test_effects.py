@@ -8,8 +8,11 @@ import pytest
 from lpdl_core.cells import load_cells
 from lpdl_core.report.build import build_report, mini_effects
 from lpdl_core.report.claims import check_claims
-from lpdl_core.report.data import load_report_data
-from lpdl_core.report.effects import block_effects
+from lpdl_core.report.data import load_report_data, not_learned_cells
+from lpdl_core.report.effects import EffectRow, block_effects
+from lpdl_core.report.effects_view import effects_html, effects_tex
+from lpdl_core.report.header import build_header
+from lpdl_core.report.latex import tex_escape
 from lpdl_core.report.tables import paper_table
 from lpdl_core.runstore import run_identity
 
@@ -18,11 +21,12 @@ CELLS = {c.cell_id: c for c in load_cells(PAPER)}
 FID = {"official_quant": False, "choco_form": "paper", "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
 
 
-def run(root: Path, cell_id: str, seed: int, acc: float, classes: int = 10, **config) -> None:
+def run(root: Path, cell_id: str, seed: int, acc: float, classes: int | None = 10, **config) -> None:
+    """One finished run's metrics.json (classes None: written before num_classes was recorded)."""
     d = root / "runs" / cell_id / f"seed{seed}"
     d.mkdir(parents=True)
     c = CELLS[cell_id]
-    m = {"status": "ok", "epochs_done": 4, "diverged_at": None, "num_classes": classes,
+    m = {"status": "ok", "epochs_done": 4, "diverged_at": None, **({"num_classes": classes} if classes else {}),
          "identity": run_identity(c, profile=root.name, seed=seed, fidelity=FID),
          "final": {"mean_acc": acc, "avg_model_acc": acc, "consensus_distance": 0.1, "mean_loss": 0.5},
          "bytes_per_node": 1.0, "wall_time_s": 5.0, "executor": "loop", "device": "cpu",
@@ -97,6 +101,9 @@ def test_mini_report_shows_effects_and_flags(mini, tmp_path):
     assert 'class="close' not in html and 'class="far' not in html   # no |delta| colours in mini
     tex = (tmp_path / "rep" / "report.tex").read_text()
     assert "Effects: paper vs reproduction" in tex
+    table = (tmp_path / "rep" / "tables" / "table2.tex").read_text()
+    assert r"\cellcolor[HTML]{ECEFF1}12.00$\pm$0.00 / 83.82 (n.l.)" in table and "($-$" not in table
+    assert r"95.50$\pm$0.71$^{=}$ / 90.96 &" in table
     # claims skip the flat cell: the skew claim has no learned pair
     data = load_report_data(mini, PAPER, tables=["table2"])
     assert all(t2(0.9, "ds", "fp32") not in c.evidence for c in check_claims(data))
@@ -119,3 +126,136 @@ def test_a_claim_that_fails_within_seed_noise_says_within_noise(tmp_path):
             run(root, t2(skew, "choco", "fp32", 99), seed, base + d)
     claims = {c.number: c for c in check_claims(load_report_data(root, PAPER, tables=["table2"]))}
     assert claims[3].verdict == "within noise" and "over 2 seeds -0.50 ± 3.54" in claims[3].evidence
+
+
+def test_pairs_differ_in_the_effect_axis_alone():
+    """8 vs 16 nodes pairs only the uncompressed cells of the same setting (block and batch per
+    node change with the node count); a CHOCO result at one skew never pairs with DS at another."""
+    c0 = [c for c in CELLS.values() if c.table == "table2" and c.model == "resnet20" and c.compression == 0]
+    acc = {(c.cell_id, 1): 92.0 if c.nodes == 8 else 89.0 for c in c0}
+    acc["t2-resnet20-dring16-c90-s0-ds-fp32", 1] = 20.0     # compressed: no 8-node partner
+    rows = {(r.effect, r.block): r for r in block_effects(CELLS.values(), acc, [1], {})}
+    nodes = rows["8 − 16 nodes", "resnet20-dring8 vs resnet20-dring16"]
+    assert (nodes.pairs, nodes.reproduced, nodes.verdict) == (16, 3.0, "agrees")
+    assert nodes.paper == pytest.approx(2.1525)       # the paper's mean over the same 16 pairs
+    assert rows["CHOCO − DS", "resnet20-dring8"].reproduced == 0.0
+    lone = {(t2(0, "choco", "fp32"), 1): 91.0, (t2(0.4, "ds", "fp32"), 1): 80.0}
+    choco = next(r for r in block_effects(CELLS.values(), lone, [1], {}) if r.effect == "CHOCO − DS"
+                 and r.block == "resnet20-dring8")
+    assert choco.verdict == "missing" and choco.pairs == 0 and choco.reproduced is None
+
+
+def test_sign_and_noise_verdicts():
+    ids = [t2(0, "ds", "fp32", 99), t2(0, "ds", "int8", 99)]  # paper: FP 88.67 > LP 87.58
+    cells, classes = [CELLS[i] for i in ids], {i: 10 for i in ids}
+
+    def verdict(per_seed: dict[int, tuple[float, float]]) -> str:
+        acc = {(i, s): v for s, pair in per_seed.items() for i, v in zip(ids, pair)}
+        return next(r for r in block_effects(cells, acc, per_seed, classes) if r.effect == "FP − LP").verdict
+
+    assert verdict({1: (90.0, 87.0), 2: (91.0, 87.5)}) == "agrees"        # +3.5 ± 0.7
+    assert verdict({1: (87.0, 90.0), 2: (87.5, 91.0)}) == "opposite"      # -3.5 ± 0.7
+    assert verdict({1: (90.0, 89.0), 2: (89.0, 89.5)}) == "within noise"  # +0.25 ± 1.06
+    assert verdict({1: (90.0, 89.0)}) == "agrees"                          # one seed: no spread
+    assert verdict({1: (90.0, 90.0), 2: (89.0, 89.0)}) == "agrees"        # 0 ± 0: no sign, no noise
+
+
+def test_chance_comes_from_the_runs_classes(tmp_path):
+    """Chance is 100 / the classes the run recorded (num_classes, else partition.csv's class
+    columns), never a per-table constant: 28 % is flat on 4 classes and learned on 10."""
+    root = tmp_path / "results" / "mini"
+    run(root, t2(0, "ds", "fp32"), 1, 28.0, classes=4)
+    run(root, t2(0, "ds", "int8"), 1, 28.0, classes=10)
+    run(root, t2(0, "choco", "fp32"), 1, 40.0, classes=None)   # older run: no num_classes ...
+    part = root / "runs" / t2(0, "choco", "fp32") / "seed1" / "partition.csv"
+    part.write_text("node,a,b,total\n0,5,5,10\n")              # ... but 2 classes in its partition
+    run(root, t2(0, "choco", "int8"), 1, 60.0, classes=None)   # nothing recorded: cannot judge
+    data = load_report_data(root, PAPER, tables=["table2"])
+    e = {x.cell_id: x for r in paper_table(data, "table2").rows for x in r.entries if x}
+    assert (e[t2(0, "ds", "fp32")].chance, e[t2(0, "ds", "fp32")].learned) == (25.0, False)
+    assert (e[t2(0, "ds", "int8")].chance, e[t2(0, "ds", "int8")].learned) == (10.0, True)
+    assert (e[t2(0, "choco", "fp32")].chance, e[t2(0, "choco", "fp32")].learned) == (50.0, False)
+    assert e[t2(0, "choco", "int8")].chance is None and e[t2(0, "choco", "int8")].learned is None
+    assert not_learned_cells(data) == [t2(0, "ds", "fp32"), t2(0, "choco", "fp32")]
+
+
+def test_every_block_has_an_effects_row_with_or_without_results(mini):
+    rows = mini_effects(load_report_data(mini, PAPER, tables=["table2"]))
+    assert len(rows) == 17            # 4 blocks x (FP-LP, CHOCO-DS, skew, 0%-compressed) + 8-16 nodes
+    by = {(r.effect, r.block): r.verdict for r in rows}
+    assert by["FP − LP", "resnet54-dring8"] == "missing"
+    assert by["CHOCO − DS", "resnet20-dring8"] == "agrees"     # the same run: exactly 0 ± 0, no sign
+    assert by["FP − LP", "resnet20-dring8"] == "agrees"
+
+
+def test_effects_view_groups_by_table_and_colours_rows_by_verdict():
+    def row(table, block, verdict, reproduced=None, spread=None, seeds=0):
+        return EffectRow(effect="FP − LP", table=table, block=block, pairs=1 if seeds else 0, paper=0.5,
+                         reproduced=reproduced, spread=spread, seeds=seeds, verdict=verdict)
+    rows = [row("table5", "agnews-distilbert", "opposite", -1.0, None, 1),
+            row("table1", "cifar10-resnet20", "agrees", 1.25, 0.4, 3),
+            row("table2", "resnet20-dring8", "missing")]
+    html = effects_html(rows)
+    assert html.index("Table 1 (single node)") < html.index("Table 2") < html.index("Table 5 (NLP)")
+    assert '<tr class="agrees"><td class="blk">cifar10-resnet20</td>' in html
+    assert '<tr class="opposite"><td class="blk">agnews-distilbert</td>' in html
+    assert '<tr class="missing">' in html and "1 agrees, 1 opposite, 1 missing" in html
+    assert "+1.25 ± 0.40" in html and "-1.00 ±" not in html     # ± only with two or more seeds
+    tex = effects_tex(rows, tex_escape)
+    assert r"\rowcolor{green!15}cifar10-resnet20" in tex and r"\rowcolor{red!15}agnews-distilbert" in tex
+    assert tex.count(r"\begin{longtable}") == 3
+
+
+def test_header_counts_shared_runs_and_flat_cells(mini, tmp_path):
+    h = build_header(load_report_data(mini, PAPER, tables=["table2"]))
+    facts = dict(h.facts)
+    assert facts["shared runs"].startswith("2 cells share a run with another cell")
+    assert facts["runs"] == "10 (4 recorded as the same run as another cell, computed once)"
+    assert any(w.startswith("1 of 128 cells did not learn") and "left out of the effects" in w
+               for w in h.warnings)
+    root = tmp_path / "results" / "paper"                   # no same_run_as key anywhere
+    run(root, t2(0, "ds", "fp32"), 1234, 90.0)
+    data = load_report_data(root, PAPER, tables=["table2"])
+    assert dict(build_header(data).facts)["shared runs"].startswith("none")
+    assert all(e.same_run_as == "" for r in paper_table(data, "table2").rows for e in r.entries if e)
+
+
+def test_paper_profile_flags_flat_cells_but_keeps_deltas_and_claims(tmp_path):
+    root = tmp_path / "results" / "paper"
+    for skew, fp, lp in ((0, 90.0, 89.0), (0.4, 88.0, 87.5)):
+        run(root, t2(skew, "ds", "fp32"), 1234, fp)
+        run(root, t2(skew, "ds", "int8"), 1234, lp)
+    run(root, t2(0.9, "ds", "fp32"), 1234, 11.0)
+    run(root, t2(0.9, "ds", "int8"), 1234, 12.0)
+    r = build_report(root, tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False, log=lambda s: None)
+    html = r["html"].read_text()
+    assert 'id="effects"' not in html and "did not learn (chance 10.00)" in html
+    assert 'class="far ok flat"' in html and 'class="close ok"' in html    # |Δ| colours kept
+    assert "2 of 128 cells did not learn" in html and "still used by the claims" in html
+    table = (tmp_path / "rep" / "tables" / "table2.tex").read_text()
+    assert r"\cellcolor[HTML]{ECEFF1}11.00 / 83.82 ($-$72.82) (n.l.)" in table
+    claims = {c.number: c for c in r["claims"]}
+    assert claims[1].cells == 3                      # the flat pair is judged in the paper profile
+    assert claims[4].verdict == "holds" and "mean drop +78.00" in claims[4].evidence
+
+
+def test_mini_claims_skip_flat_pairs(tmp_path):
+    root = tmp_path / "results" / "mini"
+    for skew, fp, lp in ((0, 90.0, 89.0), (0.4, 88.0, 87.5), (0.9, 11.0, 60.0)):
+        run(root, t2(skew, "ds", "fp32"), 1, fp)
+        run(root, t2(skew, "ds", "int8"), 1, lp)
+    claims = {c.number: c for c in check_claims(load_report_data(root, PAPER, tables=["table2"]))}
+    assert claims[1].cells == 2 and "mean FP - LP +0.75" in claims[1].evidence   # skew-0.9 pair left out
+    # skew trend over learned cells only: fp32 0 -> 0.4 drops 2 (not 79 to the flat 11), int8 0 -> 0.9 29
+    assert claims[4].verdict == "holds" and claims[4].cells == 2 and "mean drop +15.50" in claims[4].evidence
+
+
+def test_skew_claim_within_seed_noise(tmp_path):
+    root = tmp_path / "results" / "mini"
+    # drop (skew 0 - skew 0.9) per seed: seed 1 -4, seed 2 +3 -> mean -0.5, spread 4.95
+    for seed, d in ((1, -4.0), (2, 3.0)):
+        for algo in ("ds", "choco"):
+            run(root, t2(0, algo, "fp32", 99), seed, 80.0)
+            run(root, t2(0.9, algo, "fp32", 99), seed, 80.0 - d)
+    c4 = {c.number: c for c in check_claims(load_report_data(root, PAPER, tables=["table2"]))}[4]
+    assert c4.verdict == "within noise" and "over 2 seeds -0.50 ± 4.95" in c4.evidence

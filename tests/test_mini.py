@@ -126,3 +126,18 @@ def test_train_several_cells_in_one_process_shares_identical_runs(tmp_path):
     r = subprocess.run(cmd[:-1] + [str(tmp_path / "x")], capture_output=True, text=True)
     assert r.returncode == 2 and "{cell}" in r.stderr
 
+
+
+def test_an_image_job_imports_no_text_sklearn_or_plotting_stack():
+    """Start-up is paid per job: an image cell must not import transformers, scikit-learn or
+    matplotlib (the digits split is cached; the report draws the figures)."""
+    code = ("import sys\nfrom lpdl_core.cells import cells_by_id, load_cells\n"
+            "from lpdl_core.runcell import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
+            "import lpdl_core.train, lpdl_core.results\n"
+            "p = plan_cell(cells_by_id(load_cells())['t2-resnet20-dring8-c0-s0-ds-int8'], 'mini')\n"
+            "load_dataset(p.dataset, **p.dataset_kwargs); p.make_model()\n"
+            "print(sorted(k for k in ('transformers', 'sklearn', 'matplotlib') if k in sys.modules))\n")
+    subprocess.run([sys.executable, "-c", code.replace("print(sorted", "(sorted")], check=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"

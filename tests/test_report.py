@@ -205,7 +205,8 @@ def test_build_report_end_to_end(results, tmp_path):
     assert r["pdf"] is None and "PDF disabled" in html
     assert r["tables"] == ["table2", "fig1"]
     assert "fig1-norm-curves" in r["figures"] and "fig3-cost" in r["figures"]
-    assert "diverged (epoch 1)" in html and html.count(">missing<") == 124 + 3
+    assert "diverged (epoch 1)" in html and html.count('<td class="missing"') == 124 + 3
+    assert html.count('<tr class="missing"') == 15     # effects of blocks without results, still shown
     assert "NOT a reproduction" in html and "data:image/png;base64," in html
     claims = json.loads(Path(r["claims_json"]).read_text())
     assert [c["number"] for c in claims] == [1, 2, 3, 4, 5, 6]

@@ -41,15 +41,15 @@ def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure]
 
 
 def mini_effects(data: ReportData) -> list:
-    """The effects view's rows (report.effects) for the cells and runs in `data`."""
-    from .data import chance_of, per_seed_acc
+    """The effects view's rows (report.effects) for every block of the cells in `data`: blocks
+    without results are kept (verdict 'missing'), so the view shows what is still to run."""
+    from .data import cell_classes, per_seed_acc
     from .effects import block_effects
 
     acc = per_seed_acc(data)
     seeds = sorted({s for _, s in acc})
-    classes = {c.cell_id: round(100.0 / ch) for c in data.cells if (ch := chance_of(data, c.cell_id))}
-    cells = [c for c in data.cells if c.cell_id in classes]
-    return block_effects(cells, acc, seeds, classes)
+    classes = {cid: k for cid in data.runs if (k := cell_classes(data, cid))}
+    return block_effects(data.cells, acc, seeds, classes)
 
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,

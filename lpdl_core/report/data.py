@@ -79,13 +79,16 @@ def classes_of(run: Run) -> int | None:
     return None
 
 
+def cell_classes(data: ReportData, cell_id: str) -> int | None:
+    """Classes of the data a cell's runs trained on (None without runs or without the record)."""
+    return next((k for run in data.runs.get(cell_id, ()) if (k := classes_of(run))), None)
+
+
 def chance_of(data: ReportData, cell_id: str) -> float | None:
-    """100 / classes for a cell's runs (None without runs)."""
-    for run in data.runs.get(cell_id, ()):
-        k = classes_of(run)
-        if k:
-            return 100.0 / k
-    return None
+    """Chance accuracy in percent, 100 / classes, for a cell's runs (None when unknown): taken from
+    the runs themselves, never from the table, since a stand-in may have other classes."""
+    k = cell_classes(data, cell_id)
+    return 100.0 / k if k else None
 
 
 def not_learned_cells(data: ReportData) -> list[str]:

@@ -9,11 +9,14 @@ node count). For every seed s the reproduced effect is the mean over the block's
 acc_s(a) − acc_s(b); the table gives its mean and standard deviation over seeds beside the
 paper's effect (the mean of the same differences of the paper's numbers).
 
-Only cells that learned count: a cell within LEARNED_MARGIN points of chance (100 / classes) did
-not learn, and every pair touching it is left out. Verdicts:
+Only cells that learned count: a cell within LEARNED_MARGIN points of chance (100 / classes of the
+data its run trained on) did not learn in that seed, and every pair touching it is left out (a run
+whose classes are unknown cannot be judged and counts). Every block with pairs in the paper gets a
+row, with or without results. Verdicts:
   agrees        the reproduced effect has the paper's sign;
   opposite      it has the other sign;
-  within noise  the seed spread is at least as large as the reproduced effect (>= 2 seeds);
+  within noise  the seed spread is at least as large as the reproduced effect (>= 2 seeds; a spread
+                under SIGN_EPS is no noise);
   not learned   no pair of learned cells;
   missing       no pair with results.
 """
@@ -23,9 +26,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-LEARNED_MARGIN = 5.0   # points above chance a cell must reach to count as having learned
+from .model import LEARNED_MARGIN
+
 SIGN_EPS = 0.05        # |effect| below this (points) has no sign: it agrees with either
-VERDICTS = ("agrees", "opposite", "within noise", "not learned", "missing")
+EFFECT_VERDICTS = ("agrees", "opposite", "within noise", "not learned", "missing")
 PAIRING = ("table", "dataset", "model", "topology", "nodes", "compression", "skew", "algorithm",
            "precision", "momentum", "optimizer", "lr", "epochs")
 
@@ -57,21 +61,24 @@ class EffectRow:
     effect: str
     table: str
     block: str                  # "resnet20-dring8", or "resnet20-dring8 vs resnet20-dring16"
-    pairs: int                  # pairs of learned cells behind `reproduced`
-    paper: float | None         # the paper's effect (points)
+    pairs: int                  # pairs of learned cells behind `reproduced` (in any seed)
+    paper: float | None         # the paper's effect (points) over those pairs (none: all the block's)
     reproduced: float | None    # mean over seeds of the reproduced effect
     spread: float | None        # standard deviation over seeds (None with one seed)
     seeds: int
-    verdict: str                # one of VERDICTS
+    verdict: str                # one of EFFECT_VERDICTS
 
 
 def chance(num_classes: int) -> float:
     return 100.0 / num_classes
 
 
-def learned(acc: float | None, num_classes: int) -> bool:
-    """Whether an accuracy is more than LEARNED_MARGIN points above chance."""
-    return acc is not None and acc > chance(num_classes) + LEARNED_MARGIN
+def learned(acc: float | None, num_classes: int | None) -> bool:
+    """Whether an accuracy is more than LEARNED_MARGIN points above chance (num_classes None:
+    unknown, so it cannot be said not to have learned)."""
+    if acc is None:
+        return False
+    return num_classes is None or acc > chance(num_classes) + LEARNED_MARGIN
 
 
 def _key(cell, effect: Effect) -> tuple:
@@ -98,46 +105,60 @@ def _pairs(cells: list, effect: Effect) -> dict[tuple[str, str, str], list[tuple
 
 
 def _verdict(paper: float | None, values: list[float]) -> str:
+    """Sign agreement of the per-seed effects with the paper's; noise first. An effect under
+    SIGN_EPS has no sign, so it contradicts nothing (identical runs give exactly 0 +- 0)."""
     mean = statistics.fmean(values)
-    if len(values) > 1 and statistics.stdev(values) >= abs(mean):
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    if spread >= max(abs(mean), SIGN_EPS):
         return "within noise"
     if paper is None or abs(paper) < SIGN_EPS or abs(mean) < SIGN_EPS:
         return "agrees"
     return "agrees" if (paper > 0) == (mean > 0) else "opposite"
 
 
+def _paper_effect(pairs: list) -> float | None:
+    """Mean of the paper's a - b over pairs where it gives both numbers."""
+    d = [a.paper_acc - b.paper_acc for a, b in pairs if a.paper_acc is not None and b.paper_acc is not None]
+    return statistics.fmean(d) if d else None
+
+
+def _seed_effects(pairs: list, acc: Mapping, seeds: list[int], num_classes: Mapping) -> tuple[list[float], list, bool]:
+    """(effect per seed over its learned pairs, the pairs used in any seed, whether any pair had
+    results at all)."""
+    per_seed, used, with_results = [], [], False
+    for s in seeds:
+        both = [(a, b) for a, b in pairs if (a.cell_id, s) in acc and (b.cell_id, s) in acc]
+        with_results |= bool(both)
+        ok = [(a, b) for a, b in both if learned(acc[a.cell_id, s], num_classes.get(a.cell_id))
+              and learned(acc[b.cell_id, s], num_classes.get(b.cell_id))]
+        if ok:
+            per_seed.append(statistics.fmean(acc[a.cell_id, s] - acc[b.cell_id, s] for a, b in ok))
+            used += [p for p in ok if p not in used]
+    return per_seed, used, with_results
+
+
 def block_effects(cells: Iterable, acc: Mapping[tuple[str, int], float], seeds: Iterable[int],
                   num_classes: Mapping[str, int]) -> list[EffectRow]:
-    """Every effect in every block that has pairs.
+    """Every effect in every block that has pairs in the paper, with or without results.
 
     cells: the paper cells (lpdl_core.cells.Cell). acc: (cell_id, seed) -> reproduced accuracy
-    of finished runs (status ok). num_classes: cell_id -> classes of the data it ran on.
+    of finished runs (status ok). num_classes: cell_id -> classes of the data it ran on (cells
+    absent: unknown). The paper's effect is taken over the pairs the reproduction used (like for
+    like), or over all of the block's pairs where none was used.
     """
     cells, seeds = list(cells), sorted(set(seeds))
     rows = []
     for effect in EFFECTS:
         for (table, block_a, block_b), pairs in _pairs(cells, effect).items():
-            paper_d = [a.paper_acc - b.paper_acc for a, b in pairs
-                       if a.paper_acc is not None and b.paper_acc is not None]
-            paper = statistics.fmean(paper_d) if paper_d else None
-            per_seed, used, with_results = [], 0, False
-            for s in seeds:
-                both = [(a, b) for a, b in pairs if (a.cell_id, s) in acc and (b.cell_id, s) in acc]
-                with_results |= bool(both)
-                ok = [(a, b) for a, b in both
-                      if learned(acc[a.cell_id, s], num_classes[a.cell_id])
-                      and learned(acc[b.cell_id, s], num_classes[b.cell_id])]
-                if ok:
-                    per_seed.append(statistics.fmean(acc[a.cell_id, s] - acc[b.cell_id, s] for a, b in ok))
-                    used = max(used, len(ok))
-            block = block_a if block_a == block_b else f"{block_a} vs {block_b}"
+            per_seed, used, with_results = _seed_effects(pairs, acc, seeds, num_classes)
+            paper = _paper_effect(used or pairs)
             if per_seed:
-                verdict = _verdict(paper, per_seed)
-                mean = statistics.fmean(per_seed)
+                verdict, mean = _verdict(paper, per_seed), statistics.fmean(per_seed)
                 spread = statistics.stdev(per_seed) if len(per_seed) > 1 else None
             else:
                 verdict, mean, spread = ("not learned" if with_results else "missing"), None, None
-            rows.append(EffectRow(effect=effect.name, table=table, block=block, pairs=used,
-                                  paper=paper, reproduced=mean, spread=spread, seeds=len(per_seed),
-                                  verdict=verdict))
+            rows.append(EffectRow(effect=effect.name, table=table,
+                                  block=block_a if block_a == block_b else f"{block_a} vs {block_b}",
+                                  pairs=len(used), paper=paper, reproduced=mean, spread=spread,
+                                  seeds=len(per_seed), verdict=verdict))
     return rows

@@ -57,10 +57,18 @@ def fidelity_lines(metrics: list[dict]) -> list[tuple[str, str]]:
     return out
 
 
+def shared_cells(data: ReportData) -> list[str]:
+    """Cells whose run was computed once for another cell (metrics config.same_run_as; runs
+    without the key are their own)."""
+    return [cid for cid, runs in data.runs.items()
+            if any(r.metrics.get("config", {}).get("same_run_as") for r in runs)]
+
+
 def build_header(data: ReportData, *, generated_by: dict | None = None) -> Header:
     """generated_by: provenance of the process rendering the report (git SHA, versions)."""
     metrics = [r.metrics for runs in data.runs.values() for r in runs]
     computed = [m for m in metrics if not m.get("config", {}).get("same_run_as")]
+    shared = shared_cells(data)
     prov = [m.get("provenance", {}) for m in metrics]
     total = len(data.cells)
     done = sum(1 for c in data.cells if c.cell_id in data.runs)
@@ -75,6 +83,8 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
         ("seeds", ", ".join(map(str, seeds)) or "none"),
         ("runs", f"{len(metrics)}" + (f" ({len(metrics) - len(computed)} recorded as the same run as "
                                       f"another cell, computed once)" if len(computed) < len(metrics) else "")),
+        ("shared runs", f"{len(shared)} cells share a run with another cell (computed once, marked "
+                        f"'same run as' in the tables)" if shared else "none: every cell is its own run"),
         ("git SHA of the runs", _counted(s[:12] for s in shas.elements())),
         ("python / torch", _counted(f"{p.get('python')} / {p.get('torch')}" for p in prov)),
         ("devices", _counted(f"{m.get('device', '?')} ({m.get('provenance', {}).get('device_name', '?')})"
@@ -95,9 +105,11 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
         warnings.append(f"{diverged} cells diverged (NaN/inf loss) in at least one seed.")
     flat = not_learned_cells(data)
     if flat:
+        left_out = ("left out of the effects and claims" if data.profile == "mini"
+                    else "still used by the claims")
         warnings.append(f"{len(flat)} of {total} cells did not learn: their accuracy is within "
-                        f"{LEARNED_MARGIN:g} points of chance (marked in the tables; left out of the "
-                        f"effects and claims).")
+                        f"{LEARNED_MARGIN:g} points of chance, 100 / classes of the data they ran on "
+                        f"(marked in the tables; {left_out}).")
     if len(shas) > 1:
         warnings.append(f"Runs come from {len(shas)} different git commits.")
     if any(p.get("git_dirty") for p in prov):

@@ -77,12 +77,12 @@ def _cell(e: Entry | None, compare: str = "absolute") -> str:
     if e.same_run_as:
         rep += r"$^{=}$"
     text = f"{rep} / {paper}"
-    if e.learned is False:  # within 5 points of chance
-        return r"\cellcolor[HTML]{%s}%s (n.l.)" % (_FLAT_COLOUR, text)
-    if compare == "effects":  # mini: absolute numbers cannot match; no delta, no delta colour
-        return text
-    if e.delta is not None:
+    if compare != "effects" and e.delta is not None:  # mini: absolute numbers cannot match, no delta
         text += f" ({_signed(e.delta)})"
+    if e.learned is False:  # within 5 points of chance: grey whatever the delta
+        return r"\cellcolor[HTML]{%s}%s (n.l.)" % (_FLAT_COLOUR, text)
+    if compare == "effects":
+        return text
     colour = _CELL_COLOURS.get(delta_class(e.delta))
     return (r"\cellcolor[HTML]{%s}" % colour + text) if colour else text
 
