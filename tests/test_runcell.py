@@ -4,6 +4,7 @@ import json
 import pytest
 
 from lpdl_core.cells import cells_by_id, load_cells
+from lpdl_core.mini import IMAGE_EPOCHS, WARMUP_FRACTION
 from lpdl_core.runcell import Fidelity, plan_cell, run_cell
 
 CELLS = cells_by_id(load_cells())
@@ -16,9 +17,9 @@ def test_mini_keeps_axes_and_records_mapping():
     assert p.gossip.algorithm == "choco" and p.gossip.eta == c.eta == 0.1
     assert p.gossip.compressor.kind == "topk" and p.gossip.compressor.ratio == pytest.approx(0.9)
     assert p.run.skew == 0.9 and p.run.batch_size == 16 // 4 and p.run.final_gossip_rounds == 50
-    assert p.optim.momentum == "nesterov" and p.dataset == "digits" and p.run.epochs == 4
+    assert p.optim.momentum == "nesterov" and p.dataset == "digits" and p.run.epochs == IMAGE_EPOCHS
     assert p.dataset_kwargs == {"augment": "none", "image_size": 8, "standin_for": "cifar10"}
-    assert p.run.schedule.kind == "cosine" and p.run.schedule.warmup_fraction == 0.2
+    assert p.run.schedule.kind == "cosine" and p.run.schedule.warmup_fraction == WARMUP_FRACTION
     assert any("resnet20 -> mini-resnet20" in m for m in p.mapping) and any("digits" in m for m in p.mapping)
     assert any("batch per node 16 -> 4" in m for m in p.mapping)
     model = p.make_model()

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import asdict
 from datetime import datetime, timezone
 
+from .. import mini
 from ..config import Fidelity
 from .data import not_learned_cells
 from .model import LEARNED_MARGIN, Header, ReportData
@@ -18,7 +19,8 @@ PROFILE_NOTES = {
     "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
              "eta, algorithm, precision, momentum, norm, optimizer, final gossip rounds) kept, on "
              "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
-             "paper model and a short protocol (global batch / 4, 4 epochs for images, 6 for text; "
+             f"paper model and a short protocol (global batch / {mini.BATCH_DIVISOR}, {mini.IMAGE_EPOCHS} epochs "
+             f"for images, {mini.TEXT_EPOCHS} for text; "
              "lpdl_core/mini.py). These numbers are NOT a reproduction of the paper's accuracies and "
              "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
     "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
