@@ -62,7 +62,7 @@ def test_run_cell_writes_once_then_skips(tmp_path, monkeypatch):
     m = run_cell(c, tmp_path, "mini", device="cpu")
     assert m["status"] == "ok" and m["config"]["cell_id"] == c.cell_id and m["config"]["profile"] == "mini"
     assert (tmp_path / "partition.csv").exists() and not (tmp_path / "checkpoint.pt").exists()
-    assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + 4
+    assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + IMAGE_EPOCHS
     import lpdl_core.runcell as rc
     monkeypatch.setattr(rc, "train", lambda *a, **k: pytest.fail("finished cell recomputed"))
     assert run_cell(c, tmp_path, "mini") == json.loads((tmp_path / "metrics.json").read_text())
