@@ -294,6 +294,7 @@ def _cmd_targets(a: argparse.Namespace) -> int:
 
     from .aggregate import seeds_present
     from .cells import load_cells
+    from .config import LEARNED_MARGIN
     from .targets import check_targets, format_checks, not_learned
 
     results = Path(a.results)
@@ -304,7 +305,7 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     checks = check_targets(results, cells, seeds)
     flat = not_learned(results, cells, seeds)
     print(format_checks(checks))
-    print(f"did not learn (within 5 points of chance): {len(flat)} runs"
+    print(f"did not learn (within {LEARNED_MARGIN:g} points of chance): {len(flat)} runs"
           + "".join(f"\n    {c} seed {s}: {v:.2f}" for c, s, v in flat))
     if a.out:
         Path(a.out).write_text(json.dumps({"seeds": seeds, "checks": [asdict(c) for c in checks],

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
+LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
 EXECUTORS = ("loop", "batched")        # how the n nodes' forward/backward runs (same math)
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
 

@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-LEARNED_MARGIN = 5.0
+from .config import LEARNED_MARGIN
+from .mini import TEXT_CLASSES
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,6 @@ def check_targets(results_dir: str | Path, cells, seeds) -> list[Check]:
     """Every target's check for every seed (cells: lpdl_core.cells.Cell, the ones that ran)."""
     results = Path(results_dir)
     out: list[Check] = []
-    text_classes = {"agnews": 4, "sentlen": 6}
     for seed in seeds:
         acc = {c.cell_id: _acc(results, c.cell_id, seed)[0] for c in cells}
         base = [c for c in cells if c.skew == 0 and c.compression == 0]
@@ -73,7 +73,7 @@ def check_targets(results_dir: str | Path, cells, seeds) -> list[Check]:
         for c in base:
             a = acc[c.cell_id]
             if c.model == "distilbert":
-                out.append(_at_least("text >= 2x chance", seed, c.cell_id, a, 200 / text_classes[c.dataset]))
+                out.append(_at_least("text >= 2x chance", seed, c.cell_id, a, 200 / TEXT_CLASSES[c.dataset]))
             elif c.nodes == 8:
                 out.append(_at_least("8-node >= 90", seed, c.cell_id, a, 90))
             elif c.nodes == 16:

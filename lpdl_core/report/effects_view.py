@@ -8,7 +8,8 @@ from __future__ import annotations
 import html
 from collections import Counter
 
-from .effects import EFFECT_VERDICTS, EffectRow
+from .effects import EFFECT_VERDICTS, SIGN_EPS, EffectRow
+from .model import LEARNED_MARGIN
 
 VERDICT_CSS = {"agrees": "agrees", "opposite": "opposite", "within noise": "within-noise",
                "not learned": "not-learned", "missing": "missing"}
@@ -22,9 +23,10 @@ INTRO = ("On stand-in data and models the paper's absolute accuracies cannot be 
          "effects can be compared. Each row is one effect in one block: the paper's effect (mean of "
          "the differences of its numbers over the block's pairs of cells that differ in that axis only), "
          "the reproduced one (mean over seeds of the same mean difference; ± its standard deviation over "
-         "seeds, with two or more seeds), and a verdict: agrees (same sign; an effect under 0.05 points "
+         f"seeds, with two or more seeds), and a verdict: agrees (same sign; an effect under {SIGN_EPS:g} points "
          "has no sign), opposite, within noise (the seed spread is at least as large as the reproduced "
-         "effect), not learned (no pair of cells that learned: a cell within 5 points of chance is left "
+         f"effect), not learned (no pair of cells that learned: a cell within {LEARNED_MARGIN:g} points of "
+         "chance is left "
          "out), missing (no results yet). Points are accuracy points.")
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..cells import Cell
+from ..config import LEARNED_MARGIN  # noqa: F401  (re-exported for the report modules)
 
 STATUSES = ("ok", "partly-diverged", "diverged", "missing")
-LEARNED_MARGIN = 5.0  # points above chance a result must reach to count as learned
 VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")
 
 
