@@ -51,8 +51,8 @@ def test_effect_pairs_differ_in_one_axis_and_keep_tables_apart():
     # both tables name their block "agnews-distilbert": one row each, one pair each
     assert fp_lp["table1", "agnews-distilbert"].pairs == 1 and fp_lp["table1", "agnews-distilbert"].reproduced == 4.0
     assert fp_lp["table5", "agnews-distilbert"].reproduced == -1.0
-    assert fp_lp["table5", "agnews-distilbert"].verdict == "opposite"      # paper: FP > LP
-    assert fp_lp["table1", "agnews-distilbert"].verdict == "agrees"
+    assert fp_lp["table5", "agnews-distilbert"].verdict == "opposite sign"      # paper: FP > LP
+    assert fp_lp["table1", "agnews-distilbert"].verdict == "same sign"
 
 
 def test_cells_near_chance_are_left_out_and_seed_noise_is_noise():
@@ -88,7 +88,7 @@ def test_mini_tables_flag_flat_cells_and_shared_runs_without_delta_colours(mini)
     assert entries[t2(0.9, "ds", "fp32")].learned is False and entries[t2(0, "ds", "fp32")].learned is True
     assert entries[t2(0, "choco", "fp32")].same_run_as == t2(0, "ds", "fp32")
     effects = {r.effect: r for r in mini_effects(data) if r.block == "resnet20-dring8"}
-    assert effects["FP − LP"].reproduced == pytest.approx(2.25) and effects["FP − LP"].verdict == "agrees"
+    assert effects["FP − LP"].reproduced == pytest.approx(2.25) and effects["FP − LP"].verdict == "same sign"
     assert effects["skew drop (smallest − largest skew)"].verdict == "not learned"
 
 
@@ -136,7 +136,7 @@ def test_pairs_differ_in_the_effect_axis_alone():
     acc["t2-resnet20-dring16-c90-s0-ds-fp32", 1] = 20.0     # compressed: no 8-node partner
     rows = {(r.effect, r.block): r for r in block_effects(CELLS.values(), acc, [1], {})}
     nodes = rows["8 − 16 nodes", "resnet20-dring8 vs resnet20-dring16"]
-    assert (nodes.pairs, nodes.reproduced, nodes.verdict) == (16, 3.0, "agrees")
+    assert (nodes.pairs, nodes.reproduced, nodes.verdict) == (16, 3.0, "same sign")
     assert nodes.paper == pytest.approx(2.1525)       # the paper's mean over the same 16 pairs
     assert rows["CHOCO − DS", "resnet20-dring8"].reproduced == 0.0
     lone = {(t2(0, "choco", "fp32"), 1): 91.0, (t2(0.4, "ds", "fp32"), 1): 80.0}
@@ -153,11 +153,11 @@ def test_sign_and_noise_verdicts():
         acc = {(i, s): v for s, pair in per_seed.items() for i, v in zip(ids, pair)}
         return next(r for r in block_effects(cells, acc, per_seed, classes) if r.effect == "FP − LP").verdict
 
-    assert verdict({1: (90.0, 87.0), 2: (91.0, 87.5)}) == "agrees"        # +3.5 ± 0.7
-    assert verdict({1: (87.0, 90.0), 2: (87.5, 91.0)}) == "opposite"      # -3.5 ± 0.7
+    assert verdict({1: (90.0, 87.0), 2: (91.0, 87.5)}) == "same sign"        # +3.5 ± 0.7
+    assert verdict({1: (87.0, 90.0), 2: (87.5, 91.0)}) == "opposite sign"      # -3.5 ± 0.7
     assert verdict({1: (90.0, 89.0), 2: (89.0, 89.5)}) == "within noise"  # +0.25 ± 1.06
-    assert verdict({1: (90.0, 89.0)}) == "agrees"                          # one seed: no spread
-    assert verdict({1: (90.0, 90.0), 2: (89.0, 89.0)}) == "agrees"        # 0 ± 0: no sign, no noise
+    assert verdict({1: (90.0, 89.0)}) == "same sign"                          # one seed: no spread
+    assert verdict({1: (90.0, 90.0), 2: (89.0, 89.0)}) == "no sign"          # 0 ± 0: no sign, no noise
 
 
 def test_chance_comes_from_the_runs_classes(tmp_path):
@@ -184,22 +184,22 @@ def test_every_block_has_an_effects_row_with_or_without_results(mini):
     assert len(rows) == 17            # 4 blocks x (FP-LP, CHOCO-DS, skew, 0%-compressed) + 8-16 nodes
     by = {(r.effect, r.block): r.verdict for r in rows}
     assert by["FP − LP", "resnet54-dring8"] == "missing"
-    assert by["CHOCO − DS", "resnet20-dring8"] == "agrees"     # the same run: exactly 0 ± 0, no sign
-    assert by["FP − LP", "resnet20-dring8"] == "agrees"
+    assert by["CHOCO − DS", "resnet20-dring8"] == "no sign"       # the same run: exactly 0 ± 0
+    assert by["FP − LP", "resnet20-dring8"] == "same sign"
 
 
 def test_effects_view_groups_by_table_and_colours_rows_by_verdict():
     def row(table, block, verdict, reproduced=None, spread=None, seeds=0):
         return EffectRow(effect="FP − LP", table=table, block=block, pairs=1 if seeds else 0, paper=0.5,
                          reproduced=reproduced, spread=spread, seeds=seeds, verdict=verdict)
-    rows = [row("table5", "agnews-distilbert", "opposite", -1.0, None, 1),
-            row("table1", "cifar10-resnet20", "agrees", 1.25, 0.4, 3),
+    rows = [row("table5", "agnews-distilbert", "opposite sign", -1.0, None, 1),
+            row("table1", "cifar10-resnet20", "same sign", 1.25, 0.4, 3),
             row("table2", "resnet20-dring8", "missing")]
     html = effects_html(rows)
     assert html.index("Table 1 (single node)") < html.index("Table 2") < html.index("Table 5 (NLP)")
-    assert '<tr class="agrees"><td class="blk">cifar10-resnet20</td>' in html
-    assert '<tr class="opposite"><td class="blk">agnews-distilbert</td>' in html
-    assert '<tr class="missing">' in html and "1 agrees, 1 opposite, 1 missing" in html
+    assert '<tr class="same-sign"><td class="blk">cifar10-resnet20</td>' in html
+    assert '<tr class="opposite-sign"><td class="blk">agnews-distilbert</td>' in html
+    assert '<tr class="missing">' in html and "1 same sign, 1 opposite sign, 1 missing" in html
     assert "+1.25 ± 0.40" in html and "-1.00 ±" not in html     # ± only with two or more seeds
     tex = effects_tex(rows, tex_escape)
     assert r"\rowcolor{green!15}cifar10-resnet20" in tex and r"\rowcolor{red!15}agnews-distilbert" in tex

@@ -13,10 +13,13 @@ Only cells that learned count: a cell within LEARNED_MARGIN points of chance (10
 data its run trained on) did not learn in that seed, and every pair touching it is left out (a run
 whose classes are unknown cannot be judged and counts). Every block with pairs in the paper gets a
 row, with or without results. Verdicts:
-  agrees        the reproduced effect has the paper's sign;
-  opposite      it has the other sign;
-  within noise  the seed spread is at least as large as the reproduced effect (>= 2 seeds; a spread
-                under SIGN_EPS is no noise);
+  same sign      the reproduced effect has the paper's sign (its size may differ: stand-ins and a
+                 short protocol set magnitudes, so only the direction is compared);
+  opposite sign  it has the other sign;
+  no sign        the paper's or the reproduced effect is under SIGN_EPS points: no direction to
+                 compare (two cells computed as one run give exactly 0 +- 0);
+  within noise   the seed spread is at least as large as the reproduced effect (>= 2 seeds; a
+                 spread under SIGN_EPS is no noise);
   not learned   no pair of learned cells;
   missing       no pair with results.
 """
@@ -28,8 +31,8 @@ from typing import Callable, Iterable, Mapping
 
 from .model import LEARNED_MARGIN
 
-SIGN_EPS = 0.05        # |effect| below this (points) has no sign: it agrees with either
-EFFECT_VERDICTS = ("agrees", "opposite", "within noise", "not learned", "missing")
+SIGN_EPS = 0.05        # |effect| below this (points) has no sign
+EFFECT_VERDICTS = ("same sign", "opposite sign", "no sign", "within noise", "not learned", "missing")
 PAIRING = ("table", "dataset", "model", "topology", "nodes", "compression", "skew", "algorithm",
            "precision", "momentum", "optimizer", "lr", "epochs")
 
@@ -106,14 +109,14 @@ def _pairs(cells: list, effect: Effect) -> dict[tuple[str, str, str], list[tuple
 
 def _verdict(paper: float | None, values: list[float]) -> str:
     """Sign agreement of the per-seed effects with the paper's; noise first. An effect under
-    SIGN_EPS has no sign, so it contradicts nothing (identical runs give exactly 0 +- 0)."""
+    SIGN_EPS has no sign (identical runs give exactly 0 +- 0)."""
     mean = statistics.fmean(values)
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     if spread >= max(abs(mean), SIGN_EPS):
         return "within noise"
     if paper is None or abs(paper) < SIGN_EPS or abs(mean) < SIGN_EPS:
-        return "agrees"
-    return "agrees" if (paper > 0) == (mean > 0) else "opposite"
+        return "no sign"
+    return "same sign" if (paper > 0) == (mean > 0) else "opposite sign"
 
 
 def _paper_effect(pairs: list) -> float | None:

@@ -11,10 +11,9 @@ from collections import Counter
 from .effects import EFFECT_VERDICTS, SIGN_EPS, EffectRow
 from .model import LEARNED_MARGIN
 
-VERDICT_CSS = {"agrees": "agrees", "opposite": "opposite", "within noise": "within-noise",
-               "not learned": "not-learned", "missing": "missing"}
-TEX_COLOURS = {"agrees": "green!15", "opposite": "red!15", "within noise": "yellow!25",
-               "not learned": "gray!15", "missing": "gray!8"}
+VERDICT_CSS = {v: v.replace(" ", "-") for v in EFFECT_VERDICTS}
+TEX_COLOURS = {"same sign": "green!15", "opposite sign": "red!15", "no sign": "white",
+               "within noise": "yellow!25", "not learned": "gray!15", "missing": "gray!8"}
 TABLE_ORDER = ("table1", "table2", "table3", "table4", "table5", "fig1")
 TITLES = {"table1": "Table 1 (single node)", "table2": "Table 2 (CIFAR-10, decentralized)",
           "table3": "Table 3 (quasi-global momentum)", "table4": "Table 4 (Imagenette)",
@@ -23,8 +22,9 @@ INTRO = ("On stand-in data and models the paper's absolute accuracies cannot be 
          "effects can be compared. Each row is one effect in one block: the paper's effect (mean of "
          "the differences of its numbers over the block's pairs of cells that differ in that axis only), "
          "the reproduced one (mean over seeds of the same mean difference; ± its standard deviation over "
-         f"seeds, with two or more seeds), and a verdict: agrees (same sign; an effect under {SIGN_EPS:g} points "
-         "has no sign), opposite, within noise (the seed spread is at least as large as the reproduced "
+         f"seeds, with two or more seeds), and a verdict: same sign (the direction agrees; sizes are set by "
+         f"the stand-ins and the short protocol and are not compared), opposite sign, no sign (the paper's or "
+         f"the reproduced effect is under {SIGN_EPS:g} points), within noise (the seed spread is at least as large as the reproduced "
          f"effect), not learned (no pair of cells that learned: a cell within {LEARNED_MARGIN:g} points of "
          "chance is left "
          "out), missing (no results yet). Points are accuracy points.")
@@ -43,7 +43,7 @@ def grouped(rows: list[EffectRow]) -> list[tuple[str, list[EffectRow]]]:
 
 
 def verdict_counts(rows: list[EffectRow]) -> str:
-    """'12 agrees, 3 opposite, ...' in EFFECT_VERDICTS order."""
+    """'12 same sign, 3 opposite sign, ...' in EFFECT_VERDICTS order."""
     c = Counter(r.verdict for r in rows)
     return ", ".join(f"{c[v]} {v}" for v in EFFECT_VERDICTS if c[v])
 

@@ -50,12 +50,12 @@ td.absent{color:#9e9e9e}
 td.mini{background:#fff}td.flat{background:#eceff1;color:#607d8b}
 td .flat-note{font-size:.75rem;font-weight:700;color:#607d8b}
 td .same{font-size:.7rem;color:#555;font-style:italic}
-table.effects tr.agrees td{background:#d8f0d8}table.effects tr.opposite td{background:#f8d3d3}
+table.effects tr.same-sign td{background:#d8f0d8}table.effects tr.opposite-sign td{background:#f8d3d3}
 table.effects tr.within-noise td{background:#fff0c2}table.effects tr.not-learned td{background:#eceff1}
 table.effects tr.missing td{background:#f4f4f4;color:#9e9e9e;font-style:italic}
 table.effects td.num{text-align:right;font-variant-numeric:tabular-nums}
 table.effects td.blk{text-align:left;white-space:nowrap}table.effects td.verdict{font-weight:700}
-.sw.flat{background:#eceff1}.sw.agrees{background:#d8f0d8}.sw.opposite{background:#f8d3d3}
+.sw.flat{background:#eceff1}.sw.same-sign{background:#d8f0d8}.sw.opposite-sign{background:#f8d3d3}
 .sw.noise{background:#fff0c2}
 .marker{color:#6a1b9a;font-weight:700}
 .caption{font-style:italic;margin:.3rem 0}.note{color:#555;font-size:.9rem}
