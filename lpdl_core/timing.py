@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import csv
 import json
-from collections import defaultdict
+import os
+import platform
+from collections import Counter, defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import LpdlError
@@ -25,11 +28,24 @@ def _bench_seconds(path: Path) -> float:
     return float(rows[0]["s"])
 
 
+def machine() -> dict:
+    """The machine this runs on: CPU model (Linux /proc/cpuinfo, else platform), cores, OS."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(terse=True)}
+
+
 def pipeline_timing(results_dir: str | Path, jobs, cells) -> dict:
     """jobs: lpdl_core.jobs.plan_jobs(...) for the run; cells: the cells they hold."""
     results = Path(results_dir)
     by_id = {c.cell_id: c for c in cells}
-    job_rows, runs = [], []
+    job_rows, runs, shas = [], [], Counter()
     for job in jobs:
         for bench in sorted((results / "benchmarks" / "train" / job.name).glob("seed*.tsv")):
             seed = bench.stem.removeprefix("seed")
@@ -44,6 +60,7 @@ def pipeline_timing(results_dir: str | Path, jobs, cells) -> dict:
                     continue
                 computed += 1
                 train_s += float(m["wall_time_s"])
+                shas[(m.get("provenance", {}).get("git_sha") or "unknown")[:12]] += 1
                 c = by_id[cid]
                 runs.append({"cell": cid, "seed": int(seed), "table": c.table, "model": c.model,
                              "precision": c.precision, "nodes": c.nodes, "train_s": round(m["wall_time_s"], 2)})
@@ -62,6 +79,9 @@ def pipeline_timing(results_dir: str | Path, jobs, cells) -> dict:
     train = sum(j["train_s"] for j in job_rows)
     return {
         "results": str(results),
+        "computed_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "git_sha_of_runs": dict(shas.most_common()),
+        "machine": machine(),
         "jobs": len(job_rows),
         "runs_computed": sum(j["runs"] for j in job_rows),
         "runs_shared": sum(j["shared"] for j in job_rows),

@@ -12,11 +12,11 @@ from lpdl_core.timing import pipeline_timing
 CELLS = cells_by_id(load_cells())
 
 
-def _run(results, cell, acc, seed=1, classes=10, wall=1.0, **config):
+def _run(results, cell, acc, seed=1, classes=10, wall=1.0, sha="ab" * 20, **config):
     d = results / "runs" / cell / f"seed{seed}"
     d.mkdir(parents=True)
     m = {"status": "ok", "final": {"mean_acc": acc}, "num_classes": classes, "wall_time_s": wall,
-         "config": {"cell_id": cell, **config}}
+         "config": {"cell_id": cell, **config}, "provenance": {"git_sha": sha}}
     (d / "metrics.json").write_text(json.dumps(m))
 
 
@@ -52,3 +52,6 @@ def test_timing_splits_job_wall_into_training_and_the_rest(tmp_path):
     assert (t["jobs"], t["runs_computed"], t["runs_shared"]) == (1, 1, 1)
     assert t["job_wall_s"] == 13.5 and t["train_s"] == 10.0 and t["outside_train_s"] == 3.5
     assert t["train_s_by_model"] == {"resnet20 fp32": 10.0}
+    # what was measured, where: the commit of the computed runs and the machine reading the results
+    assert t["git_sha_of_runs"] == {"ab" * 6: 1}
+    assert t["machine"]["cores"] >= 1 and t["machine"]["cpu"] and t["computed_utc"].endswith("Z")
