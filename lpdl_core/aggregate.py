@@ -1,5 +1,7 @@
 """Per-table results: every cell of a paper table with its reproduced value(s), the paper's value
-and the difference. Missing runs stay missing (never filled); diverged runs are marked."""
+and the difference. Missing runs stay missing (never filled); diverged runs are marked; a cell
+within LEARNED_MARGIN points of chance is marked as not learned; a cell whose mini run was
+computed once for another cell names that cell (same_run_as)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +10,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from .cells import Cell
+from .config import LEARNED_MARGIN
 from .runstore import read_run_metrics, run_identity
 
 KEYS = ("table", "block", "cell_id", "dataset", "model", "nodes", "topology", "compression", "eta",
@@ -25,6 +28,8 @@ def aggregate_table(cells: Iterable[Cell], runs: Mapping[str, list[dict]], profi
 
     reproduced = mean over seeds of the mean per-node test accuracy (the official metric);
     avg_model = the same for the parameter-averaged model; delta = reproduced - paper.
+    chance = 100 / the classes of the data the runs trained on (metrics num_classes; empty when
+    not recorded); learned = reproduced > chance + LEARNED_MARGIN (empty when either is unknown).
     """
     rows = []
     for c in cells:
@@ -35,12 +40,18 @@ def aggregate_table(cells: Iterable[Cell], runs: Mapping[str, list[dict]], profi
         status = "missing" if not ms else ("ok" if len(ok) == len(ms) else
                                            "diverged" if not ok else "partly-diverged")
         diverged = [m.get("diverged_at") for m in ms if m.get("status") == "diverged"]
+        classes = next((m["num_classes"] for m in ms if m.get("num_classes")), None)
+        chance = 100.0 / classes if classes else None
+        same = sorted({m["config"]["same_run_as"] for m in ms if m.get("config", {}).get("same_run_as")})
         rows.append({
             **{k: getattr(c, k) for k in KEYS if k != "cell_id"}, "cell_id": c.cell_id,
             "profile": profile, "seeds": len(ok), "status": status,
             "reproduced": mean, "reproduced_std": std, "avg_model": amean, "avg_model_std": astd,
             "paper": c.paper_acc,
             "delta": (mean - c.paper_acc) if (mean is not None and c.paper_acc is not None) else None,
+            "chance": chance,
+            "learned": (mean > chance + LEARNED_MARGIN) if (mean is not None and chance is not None) else None,
+            "same_run_as": ";".join(same),
             "consensus_distance": _stats([m["final"]["consensus_distance"] for m in ok])[0],
             "mb_per_node": _stats([m["bytes_per_node"] / 1e6 for m in ok])[0],
             "wall_time_s": sum(m.get("wall_time_s", 0.0) for m in ms) or None,

@@ -36,3 +36,18 @@ def test_aggregate_rows(tmp_path):
     assert rb["status"] == "diverged" and rb["reproduced"] is None and rb["delta"] is None
     assert json.loads(rb["diverged_at"]) == [{"epoch": 2}]
     assert rc["status"] == "missing" and rc["reproduced"] is None and rc["paper"] == cells[2].paper_acc
+
+
+def test_aggregate_marks_cells_that_did_not_learn_and_shared_runs():
+    """The table CSVs carry what the report shows: chance (100 / the classes the run trained on),
+    whether the cell learned (more than LEARNED_MARGIN points above chance) and the cell whose run
+    it shares."""
+    a, b, c, d = load_cells(tables=["table3"])[:4]
+    ma = dict(_metrics(a, 15.1), num_classes=10)           # 5.1 points above chance: learned
+    mb = dict(_metrics(b, 14.9), num_classes=10)           # 4.9 points above: did not learn
+    mc = _metrics(c, 50.0)                                 # classes not recorded: cannot judge
+    md = dict(_metrics(d, 97.0), num_classes=4)
+    md["config"] = dict(md["config"], same_run_as=a.cell_id)
+    rows = aggregate_table([a, b, c, d], {a.cell_id: [ma], b.cell_id: [mb], c.cell_id: [mc], d.cell_id: [md]}, "mini")
+    assert [(r["chance"], r["learned"]) for r in rows] == [(10.0, True), (10.0, False), (None, None), (25.0, True)]
+    assert [r["same_run_as"] for r in rows] == ["", "", "", a.cell_id]
