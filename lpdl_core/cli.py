@@ -280,7 +280,7 @@ def _cmd_timing(a: argparse.Namespace) -> int:
     profile = a.profile or results.name
     _out_file(a.out)
     cells = load_cells(a.paper_dir)
-    t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells)
+    t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells, seeds=a.seed)
     text = json.dumps(t, indent=2)
     if a.out:
         Path(a.out).write_text(text + "\n")
@@ -407,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     ti.add_argument("--profile", choices=("mini", "paper"), default=None, help="default: the folder's name")
     ti.add_argument("--cells-per-job", choices=("block", "cell"), default=None,
                     help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
+    ti.add_argument("--seed", type=int, action="append", help="only these seeds (default: all found)")
     ti.add_argument("--paper-dir", default="workflow/paper")
     ti.add_argument("--out", help="also write the JSON here")
     ti.set_defaults(func=_cmd_timing)

@@ -41,14 +41,17 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(terse=True)}
 
 
-def pipeline_timing(results_dir: str | Path, jobs, cells) -> dict:
-    """jobs: lpdl_core.jobs.plan_jobs(...) for the run; cells: the cells they hold."""
+def pipeline_timing(results_dir: str | Path, jobs, cells, seeds=None) -> dict:
+    """jobs: lpdl_core.jobs.plan_jobs(...) for the run; cells: the cells they hold; seeds: only
+    these seeds' jobs (None: every seed found)."""
     results = Path(results_dir)
     by_id = {c.cell_id: c for c in cells}
     job_rows, runs, shas = [], [], Counter()
     for job in jobs:
         for bench in sorted((results / "benchmarks" / "train" / job.name).glob("seed*.tsv")):
             seed = bench.stem.removeprefix("seed")
+            if seeds is not None and int(seed) not in seeds:
+                continue
             train_s, computed, shared = 0.0, 0, 0
             for cid in job.cells:
                 mpath = results / "runs" / cid / f"seed{seed}" / "metrics.json"
@@ -69,7 +72,8 @@ def pipeline_timing(results_dir: str | Path, jobs, cells) -> dict:
                              "shared": shared, "train_s": round(train_s, 2),
                              "outside_train_s": round(wall - train_s, 2)})
     if not job_rows:
-        raise LpdlError(f"{results}: no training benchmarks under benchmarks/train/ (run the pipeline first)")
+        which = f" for seed(s) {', '.join(map(str, seeds))}" if seeds else ""
+        raise LpdlError(f"{results}: no training benchmarks{which} under benchmarks/train/ (run the pipeline first)")
     by_table: dict[str, float] = defaultdict(float)
     by_model: dict[str, float] = defaultdict(float)
     for r in runs:

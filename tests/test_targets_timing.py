@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from lpdl_core.cells import cells_by_id, load_cells
+from lpdl_core.errors import LpdlError
 from lpdl_core.jobs import plan_jobs
 from lpdl_core.targets import check_targets, not_learned
 from lpdl_core.timing import pipeline_timing
@@ -54,4 +57,7 @@ def test_timing_splits_job_wall_into_training_and_the_rest(tmp_path):
     assert t["train_s_by_model"] == {"resnet20 fp32": 10.0}
     # what was measured, where: the commit of the computed runs and the machine reading the results
     assert t["git_sha_of_runs"] == {"ab" * 6: 1}
+    assert pipeline_timing(tmp_path, jobs, cells, seeds=[1234])["jobs"] == 1
+    with pytest.raises(LpdlError, match="no training benchmarks for seed"):
+        pipeline_timing(tmp_path, jobs, cells, seeds=[7])
     assert t["machine"]["cores"] >= 1 and t["machine"]["cpu"] and t["computed_utc"].endswith("Z")
