@@ -1,5 +1,9 @@
 """Layer-wise message compressors C(v) and their byte counts, vectorized over nodes.
 
+Each kind is one `Compressor` entry of `REGISTRY`: how it compresses one tensor (layout segment)
+of every node's message at once, and what that tensor costs on the wire. `compress` and
+`message_bytes` only walk the layout and dispatch to the entry, so a new kind is one entry.
+
 Top-k / QSGD follow the official code (`aparna-aketi/Low_Precision_DL`, adapted from epfml/ChocoSGD;
 official-code.md section 2); min-max 8-bit is Bagua's MinMaxUInt8 scheme (section 11).
 """
@@ -7,13 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal, Optional
 
 import torch
 
 from lpdl_core.layout import Layout
 
-COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
 BYTES_METRICS = ("exact", "legacy")
 
 # Official UniformQuantize floors the min-max scale here so constant tensors do not divide by 0.
@@ -25,7 +28,7 @@ class CompressorCfg:
     """What each node does to a message before sending it.
 
     Attributes:
-        kind: one of `COMPRESSORS`.
+        kind: one of `COMPRESSORS` (a key of `REGISTRY`).
         ratio: fraction of each tensor DROPPED (official `--k`): 0.99 keeps the top 1% ("99%
             compression"). Used by topk/randomk only; ignored (but still range-checked) otherwise,
             as the official code ignores `--k` for QSGD.
@@ -43,8 +46,8 @@ class CompressorCfg:
     bytes_metric: Literal["exact", "legacy"] = "exact"
 
     def __post_init__(self) -> None:
-        if self.kind not in COMPRESSORS:
-            raise ValueError(f"kind must be one of {COMPRESSORS}, got {self.kind!r}")
+        if self.kind not in REGISTRY:
+            raise ValueError(f"kind must be one of {tuple(REGISTRY)}, got {self.kind!r}")
         if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)):
             raise ValueError(f"ratio must be a float in [0, 1), got {self.ratio!r}")
         if not (0.0 <= float(self.ratio) < 1.0):  # also rejects NaN
@@ -62,14 +65,55 @@ class CompressorCfg:
     @property
     def is_identity(self) -> bool:
         """True when C(v) == v exactly (so callers may skip compression and error feedback)."""
-        return (self.kind == "identity"
-                or (self.kind in ("topk", "randomk") and self.ratio == 0.0)
-                or (self.kind == "qsgd" and self.qsgd_level == 32))
+        return REGISTRY[self.kind].identity_when(self)
 
     @property
     def qsgd_s(self) -> int:
         """QSGD's number of non-zero levels s = 2**level - 1."""
         return 2 ** self.qsgd_level - 1
+
+
+# apply(x, out, u, cfg): write C(x) into out; x, out (and u when given) are (n, m) column slices.
+SegmentApply = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor], CompressorCfg], None]
+# wire_bytes(m, cfg, value_bytes): exact bytes of one compressed tensor of m scalars.
+SegmentBytes = Callable[[int, CompressorCfg, int], int]
+
+
+def _never(cfg: CompressorCfg) -> bool:
+    return False
+
+
+def _always(cfg: CompressorCfg) -> bool:
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compressor:
+    """One compressor kind, applied to each tensor (layout segment) of the message on its own.
+
+    apply: C on one segment of all n nodes at once, written into `out` (a view of the result).
+    wire_bytes: exact packed size of one compressed segment (the "exact" byte metric).
+    identity_when: cfg -> True when C(v) == v exactly for that config (compress then clones v).
+    random: draws uniforms: `compress` passes each segment its (n, m) slice of ONE (n, d) draw.
+    zeroed: `out` starts as zeros (apply writes the kept coordinates only), else uninitialized.
+    sparse: sends K = Σ_l kept_count(m_l, ratio) values plus indices, counted 6K+3 by the legacy
+        metric (when not the identity); dense kinds count 4(d+1) there.
+    """
+
+    apply: SegmentApply
+    wire_bytes: SegmentBytes
+    identity_when: Callable[[CompressorCfg], bool] = _never
+    random: bool = False
+    zeroed: bool = False
+    sparse: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("apply", "wire_bytes", "identity_when"):
+            if not callable(getattr(self, name)):
+                raise ValueError(f"Compressor.{name} must be callable, got {getattr(self, name)!r}")
+        for name in ("random", "zeroed", "sparse"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Compressor.{name} must be a bool, got {getattr(self, name)!r}")
 
 
 def kept_count(numel: int, ratio: float) -> int:
@@ -88,6 +132,111 @@ def kept_counts(layout: Layout, ratio: float) -> list[int]:
     return [kept_count(m, ratio) for m in layout.numels]
 
 
+def index_bytes(numel: int) -> int:
+    """Smallest of 1/2/4/8 bytes whose unsigned range holds every index 0..numel-1."""
+    for b in (1, 2, 4, 8):
+        if numel - 1 < 2 ** (8 * b):
+            return b
+    raise ValueError(f"numel {numel} too large for 8-byte indices")
+
+
+# ----------------------------------------------------------------------------- the kinds
+def _identity_apply(x, out, u, cfg) -> None:
+    out.copy_(x)
+
+
+def _dense_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """value_bytes·m: every value, no indices (the receiver knows the layout)."""
+    return value_bytes * m
+
+
+def _keep_by_score(x: torch.Tensor, out: torch.Tensor, score: torch.Tensor, ratio: float) -> None:
+    """Scatter into (zeroed) out the kept_count(m, ratio) entries of each row with largest score."""
+    k = kept_count(x.shape[1], ratio)
+    if k == x.shape[1]:  # dense segment (tiny tensors with ratio near 0)
+        out.copy_(x)
+        return
+    idx = torch.topk(score, k, dim=1, sorted=False).indices  # (n, k)
+    out.scatter_(1, idx, x.gather(1, idx))
+
+
+def _topk_apply(x, out, u, cfg) -> None:
+    """Top-k: per node the kept_count(m, ratio) largest |x|."""
+    _keep_by_score(x, out, x.abs(), cfg.ratio)
+
+
+def _randomk_apply(x, out, u, cfg) -> None:
+    """Random-k: the k largest of i.i.d. uniforms is a uniform k-subset without replacement.
+    No unbiasing factor m/k (the official random_k does not rescale either)."""
+    _keep_by_score(x, out, u, cfg.ratio)
+
+
+def _sparse_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """k·(value_bytes + index_bytes(m)), k = kept_count(m, ratio); no indices when k == m."""
+    k = kept_count(m, cfg.ratio)
+    return k * value_bytes if k == m else k * (value_bytes + index_bytes(m))
+
+
+def _keeps_all(cfg: CompressorCfg) -> bool:
+    return cfg.ratio == 0.0
+
+
+def _minmax_apply(x, out, u, cfg) -> None:
+    r"""Min-max affine quantization to L = 2^bits levels, nearest rounding, dequantized:
+    s = max((hi - lo)/(L - 1), 1e-8), C(x) = lo + s·round(clamp((x - lo)/s, 0, L - 1))."""
+    levels = 2 ** cfg.bits
+    lo = x.amin(dim=1, keepdim=True)
+    hi = x.amax(dim=1, keepdim=True)
+    scale = ((hi - lo) / (levels - 1)).clamp_min(_MINMAX_SCALE_FLOOR)
+    q = torch.round(((x - lo) / scale).clamp(0, levels - 1))
+    out.copy_(q * scale + lo)
+
+
+def _minmax_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """ceil(m·bits/8) packed levels + 8 (min and scale as float32)."""
+    return math.ceil(m * cfg.bits / 8) + 2 * 4
+
+
+def _qsgd_apply(x, out, u, cfg) -> None:
+    r"""QSGD: C(x) = sign(x)·||x||·ξ/s, ξ = stochastic rounding of s|x|/||x|| (up with probability
+    its fractional part, so unbiased); biased: also divided by 1 + min(m/s², √m/s). An all-zero
+    tensor maps to zeros where the official code would produce NaN."""
+    s, m = cfg.qsgd_s, x.shape[1]
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    # A zero-norm tensor has |x| = 0 everywhere, so dividing by 1 instead gives level 0.
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    level_float = s * x.abs() / safe
+    prev = torch.floor(level_float)
+    up = (u < (level_float - prev)).to(x.dtype)
+    q = torch.sign(x) * norm * (prev + up) / s
+    if cfg.qsgd_biased:
+        q = q / (1.0 + min(m / s ** 2, math.sqrt(m) / s))
+    out.copy_(q)
+
+
+def _qsgd_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """4 (norm, float32) + ceil(m·(level + 1)/8): level bits plus a sign bit per scalar."""
+    bits_per_level = math.ceil(math.log2(cfg.qsgd_s + 1))  # == qsgd_level
+    return 4 + math.ceil(m * (bits_per_level + 1) / 8)
+
+
+def _qsgd_exact(cfg: CompressorCfg) -> bool:
+    return cfg.qsgd_level == 32  # official: level 32 returns the tensor unchanged
+
+
+REGISTRY: dict[str, Compressor] = {
+    "identity": Compressor(apply=_identity_apply, wire_bytes=_dense_bytes, identity_when=_always),
+    "topk": Compressor(apply=_topk_apply, wire_bytes=_sparse_bytes, identity_when=_keeps_all,
+                       zeroed=True, sparse=True),
+    "randomk": Compressor(apply=_randomk_apply, wire_bytes=_sparse_bytes, identity_when=_keeps_all,
+                          random=True, zeroed=True, sparse=True),
+    "minmax8": Compressor(apply=_minmax_apply, wire_bytes=_minmax_bytes),
+    "qsgd": Compressor(apply=_qsgd_apply, wire_bytes=_qsgd_bytes, identity_when=_qsgd_exact, random=True),
+}
+COMPRESSORS = tuple(REGISTRY)  # the built-in kinds, in registry order
+
+
+# ----------------------------------------------------------------------------- dispatch
 def _uniform(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     # Sample on the generator's own device (a CPU generator cannot drive CUDA sampling), then move,
     # so a seeded CPU generator gives the same draws whatever device the state lives on.
@@ -103,8 +252,8 @@ def compress(v: torch.Tensor, layout: Layout, cfg: CompressorCfg,
     Args:
         v: `(n, d)` floating tensor, row i = node i's message, columns laid out by `layout`.
         layout: parameter layout; each segment (tensor) is compressed on its own.
-        cfg: which compressor.
-        generator: RNG for randomk / qsgd (global RNG if None); unused by the others.
+        cfg: which compressor (`REGISTRY[cfg.kind]`).
+        generator: RNG for the random kinds (randomk, qsgd; global RNG if None); unused otherwise.
 
     Returns:
         Dense `(n, d)` tensor C(v), same dtype/device as `v`, zeros at dropped coordinates.
@@ -123,54 +272,15 @@ def compress(v: torch.Tensor, layout: Layout, cfg: CompressorCfg,
     if cfg.is_identity:
         return v.clone()
 
-    n = v.shape[0]
-    out = torch.zeros_like(v) if cfg.kind in ("topk", "randomk") else torch.empty_like(v)
+    entry = REGISTRY[cfg.kind]
+    out = torch.zeros_like(v) if entry.zeroed else torch.empty_like(v)
     # One draw for the whole (n, d) block: row i's draws are then the same as a per-node loop
     # would get from the same generator on CPU (sequential stream), which the tests rely on.
-    u = _uniform((n, layout.d), v, generator) if cfg.kind in ("randomk", "qsgd") else None
-
+    u = _uniform((v.shape[0], layout.d), v, generator) if entry.random else None
     for seg in layout.segments():
-        x = v[:, seg.start:seg.stop]  # (n, m)
-        o = out[:, seg.start:seg.stop]
-        m = seg.numel
-        if cfg.kind in ("topk", "randomk"):
-            k = kept_count(m, cfg.ratio)
-            if k == m:  # dense segment (tiny tensors with ratio near 0)
-                o.copy_(x)
-                continue
-            # randomk: the k largest of i.i.d. uniforms is a uniform k-subset without replacement.
-            score = x.abs() if cfg.kind == "topk" else u[:, seg.start:seg.stop]
-            idx = torch.topk(score, k, dim=1, sorted=False).indices  # (n, k)
-            o.scatter_(1, idx, x.gather(1, idx))
-        elif cfg.kind == "minmax8":
-            levels = 2 ** cfg.bits
-            lo = x.amin(dim=1, keepdim=True)
-            hi = x.amax(dim=1, keepdim=True)
-            scale = ((hi - lo) / (levels - 1)).clamp_min(_MINMAX_SCALE_FLOOR)
-            q = torch.round(((x - lo) / scale).clamp(0, levels - 1))
-            o.copy_(q * scale + lo)
-        else:  # qsgd
-            s = cfg.qsgd_s
-            norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-            # A zero-norm tensor has |x| = 0 everywhere, so dividing by 1 instead gives level 0.
-            safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-            level_float = s * x.abs() / safe
-            prev = torch.floor(level_float)
-            # Round up with probability equal to the fractional part -> unbiased.
-            up = (u[:, seg.start:seg.stop] < (level_float - prev)).to(x.dtype)
-            q = torch.sign(x) * norm * (prev + up) / s
-            if cfg.qsgd_biased:
-                q = q / (1.0 + min(m / s ** 2, math.sqrt(m) / s))
-            o.copy_(q)
+        cols = slice(seg.start, seg.stop)
+        entry.apply(v[:, cols], out[:, cols], None if u is None else u[:, cols], cfg)
     return out
-
-
-def index_bytes(numel: int) -> int:
-    """Smallest of 1/2/4/8 bytes whose unsigned range holds every index 0..numel-1."""
-    for b in (1, 2, 4, 8):
-        if numel - 1 < 2 ** (8 * b):
-            return b
-    raise ValueError(f"numel {numel} too large for 8-byte indices")
 
 
 def message_bytes(layout: Layout, cfg: CompressorCfg, *, value_bytes: int = 4,
@@ -184,30 +294,24 @@ def message_bytes(layout: Layout, cfg: CompressorCfg, *, value_bytes: int = 4,
         push_sum_weight: add 4 bytes for the push-sum weight u, sent as float32 (exact only).
 
     Returns:
-        exact: identity value_bytes*d; topk/randomk per tensor kept*(value_bytes + index_bytes),
-        with indices omitted for a tensor sent whole (kept == numel, the receiver knows the
-        layout); minmax8 per tensor ceil(numel*bits/8) + 8 (min and scale as float32); qsgd per
-        tensor 4 (norm) + ceil(numel*(level + 1)/8) (level bits plus a sign bit); plus 4 for u.
+        exact: Σ_l wire_bytes(m_l) of the kind's entry, or value_bytes*d when C is the identity;
+        plus 4 for u. Per tensor of m scalars: identity value_bytes*m; topk/randomk
+        kept*(value_bytes + index_bytes(m)), with indices omitted for a tensor sent whole
+        (kept == m, the receiver knows the layout); minmax8 ceil(m*bits/8) + 8 (min and scale as
+        float32); qsgd 4 (norm) + ceil(m*(level + 1)/8) (level bits plus a sign bit).
         legacy (official bookkeeping, section 2): 4*(d+1) for every dense message, including
-        qsgd and minmax8 (the code never packs bits), and 6*K+3 for topk/randomk with ratio > 0,
-        K = total kept; `value_bytes` and `push_sum_weight` are ignored (u is built in).
+        qsgd and minmax8 (the code never packs bits), and 6*K+3 for sparse kinds (topk/randomk)
+        with ratio > 0, K = total kept; `value_bytes` and `push_sum_weight` are ignored (u is
+        built in).
     """
-    d = layout.d
+    entry = REGISTRY[cfg.kind]
     if cfg.bytes_metric == "legacy":
-        if cfg.kind in ("topk", "randomk") and cfg.ratio > 0:
+        if entry.sparse and not cfg.is_identity:
             return 6 * sum(kept_counts(layout, cfg.ratio)) + 3
-        return 4 * (d + 1)
+        return 4 * (layout.d + 1)
 
     if cfg.is_identity:
-        total = value_bytes * d
-    elif cfg.kind in ("topk", "randomk"):
-        total = 0
-        for m in layout.numels:
-            k = kept_count(m, cfg.ratio)
-            total += k * value_bytes if k == m else k * (value_bytes + index_bytes(m))
-    elif cfg.kind == "minmax8":
-        total = sum(math.ceil(m * cfg.bits / 8) + 2 * 4 for m in layout.numels)
-    else:  # qsgd
-        bits_per_level = math.ceil(math.log2(cfg.qsgd_s + 1))  # == qsgd_level
-        total = sum(4 + math.ceil(m * (bits_per_level + 1) / 8) for m in layout.numels)
+        total = value_bytes * layout.d
+    else:
+        total = sum(entry.wire_bytes(m, cfg, value_bytes) for m in layout.numels)
     return total + (4 if push_sum_weight else 0)

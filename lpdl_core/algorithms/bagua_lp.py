@@ -23,7 +23,10 @@ import numpy as np
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Round, out_degree, residual
+from .base import GossipCfg, Message, Round, out_degree, residual
+
+
+MESSAGE = Message(push_sum_weight=False)  # node j sends c_j only (no push-sum: u stays 1)
 
 
 class State(NamedTuple):

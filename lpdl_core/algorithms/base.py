@@ -1,5 +1,6 @@
-"""What every gossip algorithm shares: its config, the result of one round, and the two
-mixing primitives (W - I) X and the push-sum weight update (paper Alg. 4/5, line 9)."""
+"""What every gossip algorithm shares: its config, what its messages carry, the result of one
+round, and the two mixing primitives (W - I) X and the push-sum weight update (paper Alg. 4/5,
+line 9)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,8 +9,8 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from ..compress import CompressorCfg
+from ..config import ALGORITHMS
 
-ALGORITHMS = ("dpsgd", "ds", "choco", "bagua-lp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,22 @@ class GossipCfg:
         if self.choco_replicas not in ("per-neighbour", "official-aggregate"):
             raise ValueError("gossip.choco_replicas must be 'per-neighbour' or 'official-aggregate', "
                              f"got {self.choco_replicas!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """What one gossip message carries besides the compressed payload C(·) (declared by each
+    algorithm module as `MESSAGE`; the simulator sizes messages from it).
+
+    push_sum_weight: the sender's push-sum weight u_j rides along (4 bytes, float32), as in the
+        push-sum algorithms' u_{t+1} = u_t + η Σ_j (W_ij − I_ij) u_j. False when u stays 1.
+    """
+
+    push_sum_weight: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.push_sum_weight, bool):
+            raise ValueError(f"Message.push_sum_weight must be a bool, got {self.push_sum_weight!r}")
 
 
 class Round(NamedTuple):

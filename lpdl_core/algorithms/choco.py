@@ -28,7 +28,10 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Round, out_degree, push_sum_weights
+from .base import GossipCfg, Message, Round, out_degree, push_sum_weights
+
+
+MESSAGE = Message(push_sum_weight=True)  # node j sends q_j and u_j
 
 
 class State(NamedTuple):

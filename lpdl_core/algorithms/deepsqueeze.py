@@ -18,7 +18,10 @@ from typing import NamedTuple
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Round, out_degree, push_sum_weights, residual
+from .base import GossipCfg, Message, Round, out_degree, push_sum_weights, residual
+
+
+MESSAGE = Message(push_sum_weight=True)  # node j sends C[v_j] and u_j
 
 
 class State(NamedTuple):

@@ -16,8 +16,6 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from ..layout import Layout
 
-from ..config import EXECUTORS
-
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -127,9 +125,17 @@ class BatchedExecutor:
             b.copy_(stacked[k])
 
 
+REGISTRY: dict[str, type[LoopExecutor] | type[BatchedExecutor]] = {
+    LoopExecutor.name: LoopExecutor,
+    BatchedExecutor.name: BatchedExecutor,
+}
+EXECUTORS = tuple(REGISTRY)  # == lpdl_core.config.EXECUTORS (the torch-free copy; a test checks)
+
+
 def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn):
-    if kind == "loop":
-        return LoopExecutor(make_model, n, layout, Z, loss_fn)
-    if kind == "batched":
-        return BatchedExecutor(make_model, n, layout, Z, loss_fn)
-    raise ValueError(f"engine.executor must be one of {EXECUTORS}, got {kind!r}")
+    """The executor registered as `kind`, running n replicas of `make_model()` over Z."""
+    try:
+        cls = REGISTRY[kind]
+    except KeyError:
+        raise ValueError(f"engine.executor must be one of {tuple(REGISTRY)}, got {kind!r}") from None
+    return cls(make_model, n, layout, Z, loss_fn)

@@ -81,8 +81,9 @@ class Simulator:
         self.generator = torch.Generator(device=self.device).manual_seed(engine.seed + 1)
         self.t = 0  # gossip rounds done
         self.bytes_sent = torch.zeros(n, dtype=torch.float64, device=self.device)
+        # Per message: the compressed payload, plus u_j if the algorithm sends its push-sum weight.
         self.message_bytes = message_bytes(self.layout, gossip.compressor,
-                                           push_sum_weight=gossip.algorithm != "bagua-lp")
+                                           push_sum_weight=self.algorithm.MESSAGE.push_sum_weight)
         self._W: dict[int, torch.Tensor] = {}
 
     def W(self, t: int) -> torch.Tensor:

@@ -1,0 +1,329 @@
+"""Tests for the registries of the decentralized core: compressor kinds (lpdl_core.compress),
+the algorithms' message declarations (read by the simulator's byte count) and the executors.
+
+The compressor registry replaced two if/elif switches; `_old_compress` / `_old_message_bytes`
+below are those switches, frozen, so the registry is checked bit-for-bit against them (same ops,
+same process: exact equality is meaningful)."""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import lpdl_core
+from lpdl_core import algorithms, compress as compress_mod, config
+from lpdl_core.algorithms import GossipCfg, Message
+from lpdl_core.compress import (COMPRESSORS, REGISTRY, Compressor, CompressorCfg, compress,
+                                index_bytes, kept_count, kept_counts, message_bytes)
+from lpdl_core.engine import EXECUTORS, EngineCfg, Simulator
+from lpdl_core.engine import executors as executors_mod
+from lpdl_core.layout import Layout
+from lpdl_core.topology import Topology
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = Layout.from_shapes([(3, 4), (5,), (1,), (2, 2, 2)])  # numels 12, 5, 1, 8; d = 26
+WIDE = Layout.from_shapes([(300,), (70_000,), (3,)])        # 2-, 4- and 1-byte indices
+
+
+# ----------------------------------------------------------------------------- frozen old code
+def _old_uniform(shape, like, generator):
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    device = generator.device if generator is not None else like.device
+    return torch.rand(shape, generator=generator, device=device, dtype=dtype).to(like.device)
+
+
+def _old_is_identity(cfg):
+    return (cfg.kind == "identity" or (cfg.kind in ("topk", "randomk") and cfg.ratio == 0.0)
+            or (cfg.kind == "qsgd" and cfg.qsgd_level == 32))
+
+
+def _old_compress(v, layout, cfg, generator=None):
+    if _old_is_identity(cfg):
+        return v.clone()
+    n = v.shape[0]
+    out = torch.zeros_like(v) if cfg.kind in ("topk", "randomk") else torch.empty_like(v)
+    u = _old_uniform((n, layout.d), v, generator) if cfg.kind in ("randomk", "qsgd") else None
+    for seg in layout.segments():
+        x = v[:, seg.start:seg.stop]
+        o = out[:, seg.start:seg.stop]
+        m = seg.numel
+        if cfg.kind in ("topk", "randomk"):
+            k = kept_count(m, cfg.ratio)
+            if k == m:
+                o.copy_(x)
+                continue
+            score = x.abs() if cfg.kind == "topk" else u[:, seg.start:seg.stop]
+            idx = torch.topk(score, k, dim=1, sorted=False).indices
+            o.scatter_(1, idx, x.gather(1, idx))
+        elif cfg.kind == "minmax8":
+            levels = 2 ** cfg.bits
+            lo = x.amin(dim=1, keepdim=True)
+            hi = x.amax(dim=1, keepdim=True)
+            scale = ((hi - lo) / (levels - 1)).clamp_min(1e-8)
+            q = torch.round(((x - lo) / scale).clamp(0, levels - 1))
+            o.copy_(q * scale + lo)
+        else:
+            s = cfg.qsgd_s
+            norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+            safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+            level_float = s * x.abs() / safe
+            prev = torch.floor(level_float)
+            up = (u[:, seg.start:seg.stop] < (level_float - prev)).to(x.dtype)
+            q = torch.sign(x) * norm * (prev + up) / s
+            if cfg.qsgd_biased:
+                q = q / (1.0 + min(m / s ** 2, math.sqrt(m) / s))
+            o.copy_(q)
+    return out
+
+
+def _old_message_bytes(layout, cfg, *, value_bytes=4, push_sum_weight=True):
+    d = layout.d
+    if cfg.bytes_metric == "legacy":
+        if cfg.kind in ("topk", "randomk") and cfg.ratio > 0:
+            return 6 * sum(kept_counts(layout, cfg.ratio)) + 3
+        return 4 * (d + 1)
+    if _old_is_identity(cfg):
+        total = value_bytes * d
+    elif cfg.kind in ("topk", "randomk"):
+        total = 0
+        for m in layout.numels:
+            k = kept_count(m, cfg.ratio)
+            total += k * value_bytes if k == m else k * (value_bytes + index_bytes(m))
+    elif cfg.kind == "minmax8":
+        total = sum(math.ceil(m * cfg.bits / 8) + 2 * 4 for m in layout.numels)
+    else:
+        bits_per_level = math.ceil(math.log2(cfg.qsgd_s + 1))
+        total = sum(4 + math.ceil(m * (bits_per_level + 1) / 8) for m in layout.numels)
+    return total + (4 if push_sum_weight else 0)
+
+
+CFGS = ([CompressorCfg()]
+        + [CompressorCfg(kind=k, ratio=r) for k in ("topk", "randomk") for r in (0.0, 0.099, 0.5, 0.9, 0.99)]
+        + [CompressorCfg(kind="minmax8", bits=b) for b in (1, 3, 8, 16)]
+        + [CompressorCfg(kind="qsgd", qsgd_level=lv, qsgd_biased=bi) for lv in (1, 2, 8, 32)
+           for bi in (False, True)])
+
+
+# ----------------------------------------------------------------------------- registry shape
+def test_compressors_listed_from_registry():
+    assert COMPRESSORS == ("identity", "topk", "randomk", "minmax8", "qsgd") == tuple(REGISTRY)
+    assert COMPRESSORS == config.COMPRESSORS  # the torch-free copy
+    assert all(isinstance(e, Compressor) for e in REGISTRY.values())
+
+
+def test_entries_declare_what_they_need():
+    flags = {k: (e.random, e.zeroed, e.sparse) for k, e in REGISTRY.items()}
+    assert flags == {"identity": (False, False, False), "topk": (False, True, True),
+                     "randomk": (True, True, True), "minmax8": (False, False, False),
+                     "qsgd": (True, False, False)}
+
+
+def test_is_identity_answered_by_entry():
+    for cfg in CFGS:
+        assert cfg.is_identity == _old_is_identity(cfg) == REGISTRY[cfg.kind].identity_when(cfg)
+
+
+def test_compressor_entry_validation():
+    ok = REGISTRY["identity"]
+    with pytest.raises(ValueError, match="apply"):
+        Compressor(apply=None, wire_bytes=ok.wire_bytes)
+    with pytest.raises(ValueError, match="random"):
+        Compressor(apply=ok.apply, wire_bytes=ok.wire_bytes, random=1)
+
+
+# ----------------------------------------------------------------------------- bit-for-bit
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", [TINY, WIDE], ids=["tiny", "wide"])
+def test_compress_equals_old_switch_bit_for_bit(layout, dtype):
+    v = torch.randn(3, layout.d, generator=torch.Generator().manual_seed(7), dtype=dtype)
+    v[1, :5] = 0  # a zero-norm / constant stretch
+    for cfg in CFGS:
+        g_new, g_old = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+        new, old = compress(v, layout, cfg, g_new), _old_compress(v, layout, cfg, g_old)
+        assert new.dtype == old.dtype and torch.equal(new, old), cfg
+        # Same draws consumed: the streams continue identically.
+        assert torch.equal(torch.rand(4, generator=g_new), torch.rand(4, generator=g_old)), cfg
+
+
+@pytest.mark.parametrize("layout", [TINY, WIDE], ids=["tiny", "wide"])
+def test_message_bytes_equal_old_switch(layout):
+    for cfg in CFGS:
+        for metric in ("exact", "legacy"):
+            c = CompressorCfg(**{**cfg.__dict__, "bytes_metric": metric})
+            for vb in (2, 4):
+                for psw in (False, True):
+                    assert (message_bytes(layout, c, value_bytes=vb, push_sum_weight=psw)
+                            == _old_message_bytes(layout, c, value_bytes=vb, push_sum_weight=psw)), c
+
+
+# ----------------------------------------------------------------------------- exact bytes, by hand
+def test_wire_bytes_per_entry_hand_computed():
+    wb = {k: e.wire_bytes for k, e in REGISTRY.items()}
+    assert wb["identity"](26, CompressorCfg(), 4) == 104
+    assert wb["identity"](26, CompressorCfg(), 2) == 52
+    topk9 = CompressorCfg(kind="topk", ratio=0.9)
+    # kept(300) = 29 (float rounding), 2-byte indices; kept(70000) = 6999, 4-byte; kept(3) = 1, 1-byte
+    assert [wb["topk"](m, topk9, 4) for m in (300, 70_000, 3)] == [29 * 6, 6999 * 8, 1 * 5]
+    assert wb["randomk"](300, CompressorCfg(kind="randomk", ratio=0.9), 2) == 29 * 4
+    assert wb["topk"](1, topk9, 4) == 4  # sent whole: no index
+    assert wb["minmax8"](12, CompressorCfg(kind="minmax8"), 4) == 12 + 8
+    assert wb["minmax8"](5, CompressorCfg(kind="minmax8", bits=3), 4) == 2 + 8  # ceil(15/8)
+    assert wb["qsgd"](12, CompressorCfg(kind="qsgd"), 4) == 4 + 14  # ceil(12*9/8)
+    assert wb["qsgd"](8, CompressorCfg(kind="qsgd", qsgd_level=2), 4) == 4 + 3  # ceil(24/8)
+
+
+@pytest.mark.parametrize("cfg,exact,legacy", [
+    (CompressorCfg(), 26 * 4 + 4, 108),
+    (CompressorCfg(kind="topk", ratio=0.5), 6 * 5 + 2 * 5 + 1 * 4 + 4 * 5 + 4, 6 * 13 + 3),
+    (CompressorCfg(kind="randomk", ratio=0.5), 68, 81),
+    (CompressorCfg(kind="topk", ratio=0.0), 108, 108),
+    (CompressorCfg(kind="minmax8"), (12 + 5 + 1 + 8) + 4 * 8 + 4, 108),
+    (CompressorCfg(kind="minmax8", bits=3), (5 + 2 + 1 + 3) + 4 * 8 + 4, 108),
+    (CompressorCfg(kind="qsgd"), (14 + 6 + 2 + 9) + 4 * 4 + 4, 108),
+    (CompressorCfg(kind="qsgd", qsgd_level=2), (5 + 2 + 1 + 3) + 4 * 4 + 4, 108),
+    (CompressorCfg(kind="qsgd", qsgd_level=32), 108, 108),
+], ids=lambda x: getattr(x, "kind", None) or str(x))
+def test_message_bytes_tiny_hand_computed(cfg, exact, legacy):
+    assert message_bytes(TINY, cfg) == exact
+    assert message_bytes(TINY, cfg, push_sum_weight=False) == exact - 4
+    assert message_bytes(TINY, CompressorCfg(**{**cfg.__dict__, "bytes_metric": "legacy"})) == legacy
+
+
+def test_message_bytes_wide_topk_hand_computed():
+    assert message_bytes(WIDE, CompressorCfg(kind="topk", ratio=0.9)) == 174 + 55_992 + 5 + 4
+    assert message_bytes(WIDE, CompressorCfg(kind="topk", ratio=0.9, bytes_metric="legacy")) == 6 * 7029 + 3
+
+
+# ----------------------------------------------------------------------------- a new kind
+def _sign_apply(x, out, u, cfg):
+    out.copy_(torch.sign(x) * x.abs().mean(dim=1, keepdim=True))
+
+
+def _dither_apply(x, out, u, cfg):
+    out.copy_(x + u)
+
+
+def _firstk_apply(x, out, u, cfg):
+    k = kept_count(x.shape[1], cfg.ratio)
+    out[:, :k] = x[:, :k]  # the rest stays zero (zeroed=True)
+
+
+def test_new_kind_registers_and_works_through_compress_and_bytes(monkeypatch):
+    sign = Compressor(apply=_sign_apply, wire_bytes=lambda m, cfg, vb: vb + math.ceil(m / 8))
+    dither = Compressor(apply=_dither_apply, wire_bytes=lambda m, cfg, vb: vb * m, random=True)
+    firstk = Compressor(apply=_firstk_apply, wire_bytes=lambda m, cfg, vb: kept_count(m, cfg.ratio) * vb,
+                        identity_when=lambda cfg: cfg.ratio == 0.0, zeroed=True, sparse=True)
+    with pytest.raises(ValueError, match="kind"):
+        CompressorCfg(kind="sign")
+    with monkeypatch.context() as mp:
+        for name, entry in (("sign", sign), ("dither", dither), ("firstk", firstk)):
+            mp.setitem(compress_mod.REGISTRY, name, entry)
+        v = torch.randn(2, TINY.d, generator=torch.Generator().manual_seed(3))
+
+        cfg = CompressorCfg(kind="sign")
+        assert not cfg.is_identity
+        c = compress(v, TINY, cfg)
+        for seg in TINY.segments():
+            x = v[:, seg.start:seg.stop]
+            assert torch.equal(c[:, seg.start:seg.stop], torch.sign(x) * x.abs().mean(1, keepdim=True))
+        assert message_bytes(TINY, cfg) == (4 + 2) + (4 + 1) + (4 + 1) + (4 + 1) + 4
+        assert message_bytes(TINY, CompressorCfg(kind="sign", bytes_metric="legacy")) == 4 * 27
+
+        c = compress(v, TINY, CompressorCfg(kind="dither"), torch.Generator().manual_seed(5))
+        assert torch.equal(c, v + torch.rand(2, TINY.d, generator=torch.Generator().manual_seed(5)))
+
+        cfg = CompressorCfg(kind="firstk", ratio=0.5)
+        c = compress(v, TINY, cfg)
+        for seg, k in zip(TINY.segments(), kept_counts(TINY, 0.5)):
+            assert torch.equal(c[:, seg.start:seg.start + k], v[:, seg.start:seg.start + k])
+            assert torch.all(c[:, seg.start + k:seg.stop] == 0)
+        assert message_bytes(TINY, cfg, push_sum_weight=False) == 4 * 13
+        assert message_bytes(TINY, CompressorCfg(kind="firstk", ratio=0.5, bytes_metric="legacy")) == 81
+        assert CompressorCfg(kind="firstk").is_identity
+        assert torch.equal(compress(v, TINY, CompressorCfg(kind="firstk")), v)
+    with pytest.raises(ValueError, match="kind"):
+        CompressorCfg(kind="sign")  # unregistered again
+
+
+# ----------------------------------------------------------------------------- algorithm messages
+def test_every_algorithm_declares_its_message():
+    assert set(algorithms.REGISTRY) == set(algorithms.ALGORITHMS)
+    declared = {name: mod.MESSAGE for name, mod in algorithms.REGISTRY.items()}
+    assert all(isinstance(m, Message) for m in declared.values())
+    # Push-sum algorithms send u_j (Alg. 4/5 line 9); Bagua-LP keeps u = 1 and sends none.
+    assert {k: m.push_sum_weight for k, m in declared.items()} == {
+        "dpsgd": True, "ds": True, "choco": True, "bagua-lp": False}
+    with pytest.raises(ValueError):
+        Message(push_sum_weight=1)
+
+
+def _linear() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(3, 2))  # d = 6 + 2 = 8
+
+
+SIM_CASES = [(name, comp) for name in algorithms.ALGORITHMS
+             for comp in (CompressorCfg(), CompressorCfg(kind="minmax8"))
+             if name != "dpsgd" or comp.is_identity]  # dpsgd sends full models
+
+
+@pytest.mark.parametrize("name,comp", SIM_CASES, ids=[f"{a}-{c.kind}" for a, c in SIM_CASES])
+def test_simulator_message_bytes_follow_declaration(name, comp):
+    sim = Simulator(_linear, topology=Topology(name="ring", n=4),
+                    gossip=GossipCfg(algorithm=name, compressor=comp),
+                    engine=EngineCfg(executor="loop", device="cpu"))
+    payload = message_bytes(sim.layout, comp, push_sum_weight=False)
+    assert payload == (32 if comp.is_identity else (6 + 8) + (2 + 8))
+    u_bytes = 4 if algorithms.get(name).MESSAGE.push_sum_weight else 0
+    assert sim.message_bytes == payload + u_bytes
+    assert sim.message_bytes == payload + (0 if name == "bagua-lp" else 4)
+
+
+# ----------------------------------------------------------------------------- executors
+def test_executors_registry_agrees_with_config():
+    assert EXECUTORS == tuple(executors_mod.REGISTRY) == config.EXECUTORS
+    assert all(cls.name == k for k, cls in executors_mod.REGISTRY.items())
+
+
+@pytest.mark.parametrize("kind", EXECUTORS)
+def test_make_executor_builds_registered_class(kind):
+    layout = Layout.from_module(_linear())
+    ex = executors_mod.make_executor(kind, _linear, 2, layout, torch.zeros(2, layout.d), F.cross_entropy)
+    assert type(ex) is executors_mod.REGISTRY[kind]
+    with pytest.raises(ValueError, match="engine.executor must be one of"):
+        executors_mod.make_executor("vmap", _linear, 2, layout, torch.zeros(2, layout.d), F.cross_entropy)
+
+
+# ----------------------------------------------------------------------------- no switches left
+NAMES = "|".join(re.escape(k) for k in (*COMPRESSORS, *algorithms.ALGORITHMS))
+SWITCH = re.compile(rf"""(==|!=|\bin\b)\s*[(\[{{]?\s*["']({NAMES})["']"""  # x == "topk", in ("topk", ..)
+                    rf"""|["']({NAMES})["']\s*(==|!=)"""                       # "topk" == x
+                    r"""|\bkind\s*(==|!=)|\.kind\s+in\b|\.algorithm\s*(==|!=|in\b)""")
+
+
+def _core_sources():
+    root = Path(lpdl_core.__file__).parent
+    return [root / "compress.py", *sorted((root / "engine").glob("*.py"))]
+
+
+def test_no_kind_or_algorithm_switches_in_core():
+    for path in _core_sources():
+        src = path.read_text()
+        hits = [line.strip() for line in src.splitlines() if SWITCH.search(line)]
+        assert not hits, f"{path.name}: {hits}"
+    for path in (p for p in _core_sources() if p.parent.name == "engine"):
+        for name in algorithms.ALGORITHMS:  # the engine never names an algorithm
+            assert not re.search(rf"""["']{re.escape(name)}["']""", path.read_text()), (path.name, name)
+
+
+def test_switch_regex_catches_the_old_forms():
+    for line in ('if cfg.kind == "topk":', 'x if cfg.kind in ("topk", "randomk") else y',
+                 'push_sum_weight=gossip.algorithm != "bagua-lp"', 'elif "qsgd" == kind:'):
+        assert SWITCH.search(line), line
+    for line in ('"topk": Compressor(apply=_topk_apply,', 'if name == "auto":'):
+        assert not SWITCH.search(line), line
