@@ -7,20 +7,20 @@ workflow/paper/README.md documents the columns and every assumption behind them.
 from __future__ import annotations
 
 import csv
-import functools
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from .config import (ALGORITHMS, GRAPHS, MODELS, NORMS, OPTIMIZERS, PAPER_DATASETS, PRECISIONS, SCHEDULES,
+                     TABLES, TEXT_MODELS)
 from .errors import ConfigError
 
 # rows per artifact in the paper (fig1: one run per normalization layer compared)
 expected_counts = {"table1": 14, "table2": 128, "table3": 16, "table4": 16, "table5": 48, "fig1": 4}
+assert tuple(expected_counts) == TABLES
 
-PRECISIONS = ("fp32", "int8")
-MOMENTA = ("nesterov", "qgm", "none")
-OPTIMIZERS = ("sgd", "adam")
-NLP_MODELS = ("distilbert",)
+CELL_MOMENTA = ("nesterov", "qgm", "none")   # the paper's: local Nesterov SGD, QGM, or Adam's own
+NLP_MODELS = TEXT_MODELS
 FP_NORMS = ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")  # as lpdl_core.quant.norms.make_norm
 LP_NORMS = ("range-evonorm", "range-bn")
 TOPO_SHORT = {"directed-ring": "dring", "grid-official": "grid", "time-varying-exponential": "tvexp",
@@ -39,18 +39,11 @@ _MODEL_DATA = {"resnet20": ("cifar10", "cifar100"), "resnet54": ("cifar10", "cif
                "resnet18": ("imagenette",), "distilbert": ("agnews", "sentlen")}
 
 
-@functools.cache
-def _names() -> dict[str, tuple[str, ...]]:
-    """The library's valid names; imported lazily (the model and norm modules import torch)."""
-    from .algorithms.base import ALGORITHMS
-    from .data.registry import PAPER_DATASETS
-    from .models.registry import MODELS
-    from .quant.norms import NORMS
-    from .schedule import SCHEDULES
-    from .topology import GRAPHS
-    return dict(topology=GRAPHS + ("single",), algorithm=ALGORITHMS + ("none",), dataset=PAPER_DATASETS,
-                model=MODELS + NLP_MODELS, norm=NORMS + ("none",), lr_schedule=SCHEDULES,
-                precision=PRECISIONS, momentum=MOMENTA, optimizer=OPTIMIZERS, table=tuple(expected_counts))
+# column -> its valid values, all from the torch-free vocabulary (lpdl_core.config)
+NAMES: dict[str, tuple[str, ...]] = dict(
+    topology=GRAPHS + ("single",), algorithm=ALGORITHMS + ("none",), dataset=PAPER_DATASETS, model=MODELS,
+    norm=NORMS + ("none",), lr_schedule=SCHEDULES, precision=PRECISIONS, momentum=CELL_MOMENTA,
+    optimizer=OPTIMIZERS, table=TABLES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +58,7 @@ class Cell:
     eta: float                # averaging rate (consensus step)
     skew: float
     algorithm: str
-    precision: str            # fp32 | int8 (the models' "fp" | "lp")
+    precision: str            # fp32 | int8
     momentum: str
     norm: str
     optimizer: str
@@ -86,7 +79,7 @@ class Cell:
         for col in ("eta", "skew", "lr"):
             if not math.isfinite(getattr(self, col)):
                 self._fail(col, f"must be a finite number, got {getattr(self, col)}")
-        for col, valid in _names().items():
+        for col, valid in NAMES.items():
             if getattr(self, col) not in valid:
                 self._fail(col, f"{getattr(self, col)!r} is not one of {', '.join(valid)}")
         if self.dataset not in _MODEL_DATA.get(self.model, ("cifar10", "cifar100", "imagenette")):
@@ -123,11 +116,6 @@ class Cell:
             self._fail("final_gossip_rounds", "must be >= 0, and 0 for a single node")
         if self.paper_acc is not None and not 0.0 <= self.paper_acc <= 100.0:
             self._fail("paper_acc", f"must be a percentage, got {self.paper_acc}")
-
-    @property
-    def model_precision(self) -> str:
-        """The model registry's name for the precision: "fp" or "lp"."""
-        return "fp" if self.precision == "fp32" else "lp"
 
     @property
     def cell_id(self) -> str:

@@ -139,10 +139,22 @@ def _cmd_models(a: argparse.Namespace) -> int:
     return 0
 
 
-def _fidelity(pairs: list[str]):
+def _fidelity(a: argparse.Namespace):
+    """The run's Fidelity: from --fidelity-json (typed JSON values, as the workflow passes them) or
+    from --fidelity KEY=VALUE strings (each value spelled exactly as one of the allowed ones)."""
+    import json
+
     from .config import Fidelity
 
-    return Fidelity.from_pairs(pairs)
+    if a.fidelity_json is None:
+        return Fidelity.from_pairs(a.fidelity)
+    try:
+        values = json.loads(a.fidelity_json)
+    except json.JSONDecodeError as e:
+        raise LpdlError(f"--fidelity-json: not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(values, dict):
+        raise LpdlError(f"--fidelity-json: expected a JSON object, got {type(values).__name__}")
+    return Fidelity.from_mapping(values)
 
 
 def _cmd_train(a: argparse.Namespace) -> int:
@@ -161,7 +173,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
     if len(set(a.cell)) > 1 and "{cell}" not in a.out:
         raise LpdlError("--out must contain {cell} when several --cell are given "
                         "(e.g. results/mini/runs/{cell}/seed1234)")
-    fidelity = _fidelity(a.fidelity)
+    fidelity = _fidelity(a)
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
     shared = same_runs(todo) if a.profile == "mini" else {}
     out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
@@ -321,9 +333,8 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import DEVICES, EXECUTORS
+    from .config import CELLS_PER_JOB, CNN_MODELS, DEVICES, EXECUTORS, GRAPHS, IMAGE_DATASETS, PRECISIONS, PROFILES
     from .partition import KNOWN_CLASS_SIZES
-    from .topology import GRAPHS
 
     p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
                                 "(Aketi, Kodge, Roy 2021): core tools")
@@ -358,22 +369,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
 
     b = sub.add_parser("bench", help="FP vs 8-bit step time of the n-node simulator (JSON)")
-    b.add_argument("--model", default="resnet20")
-    b.add_argument("--dataset", choices=("cifar", "imagenette"), default="cifar")
+    b.add_argument("--model", choices=CNN_MODELS, default="resnet20")
+    b.add_argument("--dataset", choices=IMAGE_DATASETS, default=None,
+                   help="the input size to build for (default: the model's own dataset)")
     b.add_argument("--nodes", type=_count(1, MAX_NODES["bench"]), default=8)
     b.add_argument("--batch", type=_count(1, MAX_BATCH), default=32, help="batch per node")
     b.add_argument("--steps", type=_count(1, 100000), default=10)
     b.add_argument("--warmup", type=_count(0, 100000), default=2)
     b.add_argument("--executor", choices=EXECUTORS, default="loop")
     b.add_argument("--device", choices=DEVICES, default="auto")
-    b.add_argument("--precisions", default="fp,lp", help="comma-separated: fp,lp")
+    b.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, of: " + ", ".join(PRECISIONS))
     b.add_argument("--out", help="also write the JSON here")
     b.set_defaults(func=_cmd_bench)
 
     tr = sub.add_parser("train", help="run paper cells (each resumes from its checkpoint; skips if done)")
     tr.add_argument("--cell", required=True, action="append",
                     help="cell id, see `lpdl cells`; repeat to run several in one process")
-    tr.add_argument("--profile", choices=("mini", "paper"), default="mini")
+    tr.add_argument("--profile", choices=PROFILES, default="mini")
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
     tr.add_argument("--seed", type=_count(0), default=None, help="default: the cell's seed (1234)")
@@ -381,8 +393,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
     tr.add_argument("--device", choices=DEVICES, default="auto")
     tr.add_argument("--executor", choices=EXECUTORS, default="loop")
-    tr.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="official-code behaviours, e.g. official_quant=true choco_form=code")
+    fid = tr.add_mutually_exclusive_group()
+    fid.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
+                     help="official-code behaviours, e.g. official_quant=true choco_form=code")
+    fid.add_argument("--fidelity-json", default=None, metavar="JSON",
+                     help='the same as one JSON object with typed values, e.g. {"official_quant": true} '
+                          "(how the workflow passes them)")
     tr.set_defaults(func=_cmd_train)
 
     ce = sub.add_parser("cells", help="list the paper's cells (one training run each)")
@@ -404,8 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ti = sub.add_parser("timing", help="where a pipeline run's time went (JSON): job start-up vs training")
     ti.add_argument("results", help="results/<profile> of a finished run")
-    ti.add_argument("--profile", choices=("mini", "paper"), default=None, help="default: the folder's name")
-    ti.add_argument("--cells-per-job", choices=("block", "cell"), default=None,
+    ti.add_argument("--profile", choices=PROFILES, default=None, help="default: the folder's name")
+    ti.add_argument("--cells-per-job", choices=CELLS_PER_JOB, default=None,
                     help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
     ti.add_argument("--seed", type=int, action="append", help="only these seeds (default: all found)")
     ti.add_argument("--paper-dir", default="workflow/paper")

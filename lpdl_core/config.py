@@ -1,5 +1,9 @@
-"""Settings shared by the command line, the workflow and the library, with no torch import.
+"""The vocabulary and settings shared by the command line, the workflow, the report and the
+library, with no torch import (Snakemake plans the DAG with it).
 
+Every name a paper cell, a config file or a command line may use is defined here once: the
+library's registries (models, datasets, norms, algorithms, graphs, compressors, executors) are
+checked against these tuples by tests, and everything that validates a name imports it from here.
 `Fidelity`: where the official code differs from the paper's text (defaults follow the paper).
 Every option has a closed set of values; parsing accepts exactly those (no guessing).
 """
@@ -11,9 +15,35 @@ from typing import Any, Mapping
 
 from .errors import ConfigError
 
-LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
+# ---- the vocabulary ----------------------------------------------------------------------------
+PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
+TABLES = ("table1", "table2", "table3", "table4", "table5", "fig1")   # the paper's artifacts
+PRECISIONS = ("fp32", "int8")          # full precision; 8-bit weights, activations and layer gradients
+PAPER_DATASETS = ("cifar10", "cifar100", "imagenette", "agnews", "sentlen")
+STANDIN_DATASETS = {                   # stand-in -> the paper dataset it replaces in the mini profile
+    "digits": "cifar10",
+    "digits-224": "imagenette",
+    "sentlen-standin": "sentlen",
+    "topics-standin": "agnews",
+}
+DATASETS = PAPER_DATASETS + tuple(STANDIN_DATASETS)
+IMAGE_DATASETS = ("cifar10", "cifar100", "imagenette")   # the CNNs' datasets (input size by dataset)
+CNN_MODELS = ("resnet20", "resnet54", "vgg11", "resnet18", "mobilenetv2")
+TEXT_MODELS = ("distilbert",)
+MODELS = CNN_MODELS + TEXT_MODELS      # the paper's models (each has a mini stand-in)
+NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
+GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "complete",
+          "time-varying-exponential", "random-directed")
+ALGORITHMS = ("dpsgd", "ds", "choco", "bagua-lp")
+COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
+MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
+OPTIMIZERS = ("sgd", "adam")
+SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")
 EXECUTORS = ("loop", "batched")        # how the n nodes' forward/backward runs (same math)
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
+CELLS_PER_JOB = ("block", "cell")      # mini: a block's cells of one precision per process; paper: one cell
+LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
+
 
 # option -> its allowed values, the paper's text first (the default)
 FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
@@ -109,11 +139,29 @@ def _coerce(value: Any, schema: Mapping) -> Any:
     return value
 
 
+def with_vocabulary(schema: Mapping) -> dict:
+    """The workflow schema with this module's names as the enums of the keys that take them (the
+    YAML schema does not repeat them)."""
+    import copy
+
+    out = copy.deepcopy(dict(schema))
+    props = out["properties"]
+    for key, names in (("profile", PROFILES), ("device", DEVICES), ("executor", EXECUTORS),
+                       ("cells_per_job", CELLS_PER_JOB)):
+        props[key]["enum"] = list(names)
+    props["tables"]["items"]["enum"] = list(TABLES)
+    for key, allowed in FIDELITY_CHOICES.items():
+        props["fidelity"]["properties"][key]["enum"] = list(allowed)
+    return out
+
+
 def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
     """The config with --config strings coerced to the schema's types, validated against the
-    schema; ConfigError naming the first bad key otherwise."""
+    schema with the vocabulary's enums (with_vocabulary); ConfigError naming the first bad key
+    otherwise."""
     import jsonschema
 
+    schema = with_vocabulary(schema)
     cfg = _coerce(dict(config), schema)
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(cfg))
     if err is not None:

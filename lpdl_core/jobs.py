@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-CELLS_PER_JOB = ("block", "cell")
+from .config import CELLS_PER_JOB
+
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Literal, NamedTuple
 
 import torch
 
-MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
+from .config import MOMENTA
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -99,7 +99,7 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
 
 
 def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Callable:
-    precision = "lp" if lp else "fp"
+    precision = cell.precision
     norm = None if cell.norm == "none" else cell.norm
     if cell.model == "distilbert":
         labels = TEXT_CLASSES[cell.dataset]
@@ -114,8 +114,7 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Call
         from .models.mini import build_standin
         return lambda: build_standin(cell.model, precision=precision, norm=norm, qcfg=qcfg, num_classes=classes)
     from .models.registry import build_model
-    dataset = "imagenette" if cell.dataset == "imagenette" else "cifar"
-    return lambda: build_model(model, precision=precision, norm=norm, dataset=dataset, qcfg=qcfg,
+    return lambda: build_model(model, precision=precision, norm=norm, dataset=cell.dataset, qcfg=qcfg,
                                num_classes=classes)
 
 

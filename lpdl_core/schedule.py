@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")
+from .config import SCHEDULES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,16 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-GRAPHS: tuple[str, ...] = (
-    "directed-ring",
-    "ring",
-    "torus",
-    "grid-official",
-    "exponential",
-    "complete",
-    "time-varying-exponential",
-    "random-directed",
-)
+from .config import GRAPHS  # the graph names; each is built below
 
 # Probability of each extra directed edge in "random-directed". 0.3 keeps the graph sparse
 # enough that in-degrees differ (so W is not row-stochastic and push-sum weights u drift from 1).

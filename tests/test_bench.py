@@ -11,7 +11,7 @@ def test_bench_json_report(tmp_path, capsys):
                  "--warmup", "0", "--device", "cpu", "--out", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert rep == json.loads(capsys.readouterr().out)
-    assert set(rep["results"]) == {"fp", "lp"} and rep["nodes"] == 2 and rep["executor"] == "loop"
+    assert set(rep["results"]) == {"fp32", "int8"} and rep["nodes"] == 2 and rep["executor"] == "loop"
     for r in rep["results"].values():
         assert r["median_s"] > 0 and r["params"] == 273_258
     assert rep["lp_over_fp"] > 0 and rep["target_lp_over_fp"] == LP_OVER_FP_TARGET

@@ -116,8 +116,8 @@ def file_not_dir(tmp_path) -> Path:
 @pytest.mark.parametrize("args, planned", [
     (["seeds=[1,2,3]"], "seed3/metrics.json"),                        # the README's own example
     (["seeds=[1, 2]"], "seed2/metrics.json"),
-    (["fidelity={official_quant: true}"], "official_quant=true"),
-    (["fidelity={official_quant: True, bytes_metric: legacy}"], "bytes_metric=legacy"),
+    (["fidelity={official_quant: true}"], '"official_quant": true'),       # typed JSON to the job
+    (["fidelity={official_quant: True, bytes_metric: legacy}"], '"bytes_metric": "legacy"'),
     (["demo={epochs: 2, nodes: 4, skew: 0.8}"], "seed1234/metrics.json"),
 ])
 def test_config_nested_values_documented_forms_work(args, planned):

@@ -48,7 +48,7 @@ def test_each_paper_model_has_its_own_standin_of_its_family():
     x = torch.randn(2, 3, 8, 8)
     sizes = {}
     for model, cls in family.items():
-        for precision in ("fp", "lp"):
+        for precision in ("fp32", "int8"):
             net = build_standin(model, precision=precision)
             assert isinstance(net, cls)
             assert net(x).shape == (2, 10)
@@ -57,7 +57,7 @@ def test_each_paper_model_has_its_own_standin_of_its_family():
     assert r54.blocks_per_stage > r20.blocks_per_stage          # ResNet-54 deeper than ResNet-20
     assert sum(isinstance(m, torch.nn.MaxPool2d) for m in build_standin("vgg11").modules()) == 3
     assert len(set(sizes.values())) == len(sizes)               # no two stand-ins the same net
-    lp = build_standin("resnet20", precision="lp")
+    lp = build_standin("resnet20", precision="int8")
     assert type(lp.conv1).__name__ == "QConv2d"
     with pytest.raises(ValueError, match="no mini stand-in"):
         build_standin("resnet152")

@@ -16,31 +16,31 @@ OFFICIAL = QuantCfg(measure_as_parameters=True)
 
 # name, dataset, FP, LP trainable, LP incl. QuantMeasure scalars (official)
 COUNTS = [
-    ("resnet20", "cifar", 273_258, 273_258, 273_380),
-    ("resnet54", "cifar", 760_458, 760_458, 760_760),
-    ("vgg11", "cifar", 9_496_522, 9_493_770, 9_493_806),
+    ("resnet20", "cifar10", 273_258, 273_258, 273_380),
+    ("resnet54", "cifar10", 760_458, 760_458, 760_760),
+    ("vgg11", "cifar10", 9_496_522, 9_493_770, 9_493_806),
     ("vgg11", "imagenette", 9_496_522, 9_493_770, 9_493_806),
     ("resnet18", "imagenette", 11_186_442, 11_186_442, 11_186_556),
-    ("mobilenetv2", "cifar", 2_314_466, 2_314_466, 2_314_696),
+    ("mobilenetv2", "cifar10", 2_314_466, 2_314_466, 2_314_696),
 ]
 
 
 @pytest.mark.parametrize("name,dataset,fp,lp,lp_official", COUNTS)
 def test_parameter_counts(name, dataset, fp, lp, lp_official):
-    assert count_params(build_model(name, precision="fp", dataset=dataset)) == fp
-    m = build_model(name, precision="lp", dataset=dataset)
+    assert count_params(build_model(name, precision="fp32", dataset=dataset)) == fp
+    m = build_model(name, precision="int8", dataset=dataset)
     assert count_params(m) == lp
     # default QuantCfg keeps the running ranges as buffers: no parameter that is not trainable
     assert count_params(m, trainable_only=False) == lp
-    m = build_model(name, precision="lp", dataset=dataset, qcfg=OFFICIAL)
+    m = build_model(name, precision="int8", dataset=dataset, qcfg=OFFICIAL)
     assert count_params(m) == lp
     assert count_params(m, trainable_only=False) == lp_official
 
 
 def test_resnet20_tensor_counts():
     assert len(list(build_model("resnet20").parameters())) == 86
-    assert len(list(build_model("resnet20", precision="lp", qcfg=OFFICIAL).parameters())) == 208
-    m = build_model("resnet20", precision="lp")
+    assert len(list(build_model("resnet20", precision="int8", qcfg=OFFICIAL).parameters())) == 208
+    m = build_model("resnet20", precision="int8")
     assert sum(isinstance(x, QuantMeasure) for x in m.modules()) == 61  # 21 conv/fc + 21 norms + 9 adds x 2
 
 
@@ -60,7 +60,7 @@ def _norms_of_block(b: BasicBlock):
 @pytest.mark.parametrize("name", ["resnet20", "resnet18"])
 def test_resnet_lp_init(name):
     torch.manual_seed(0)
-    m = build_model(name, precision="lp")
+    m = build_model(name, precision="int8")
     blocks = [b for b in m.modules() if isinstance(b, BasicBlock)]
     assert blocks
     assert torch.all(m.bn1.weight == 1)
@@ -78,7 +78,7 @@ def test_resnet_lp_init(name):
 @pytest.mark.parametrize("name", ["resnet20", "resnet18"])
 def test_resnet_fp_init(name):
     torch.manual_seed(0)
-    m = build_model(name, precision="fp")
+    m = build_model(name, precision="fp32")
     for b in m.modules():
         if isinstance(b, BasicBlock):
             for n in _norms_of_block(b):
@@ -92,7 +92,7 @@ def test_resnet_fp_init(name):
 
 def test_vgg_bias_and_norm_init():
     torch.manual_seed(0)
-    fp, lp = build_model("vgg11", precision="fp"), build_model("vgg11", precision="lp")
+    fp, lp = build_model("vgg11", precision="fp32"), build_model("vgg11", precision="int8")
     fp_convs = [x for x in fp.modules() if isinstance(x, nn.Conv2d)]
     lp_convs = [x for x in lp.modules() if isinstance(x, nn.Conv2d)]
     assert len(fp_convs) == len(lp_convs) == 8
@@ -105,7 +105,7 @@ def test_vgg_bias_and_norm_init():
 
 
 def test_mobilenet_structure():
-    m = build_model("mobilenetv2", precision="lp")
+    m = build_model("mobilenetv2", precision="int8")
     shortcut_convs = [b.shortcut[0] for b in m.layers if isinstance(b.shortcut, nn.Sequential)]
     assert len(shortcut_convs) == 4  # stride-1 blocks with in != out: 32->16, 16->24, 64->96, 160->320
     # official LP shortcut conv: 8-bit forward, no gradient bifurcation
@@ -128,15 +128,15 @@ def _forward_backward(name, precision, dataset):
         assert m.eval()(x).shape == (2, 10)
 
 
-@pytest.mark.parametrize("precision", ["fp", "lp"])
-@pytest.mark.parametrize("name,dataset", [("resnet20", "cifar"), ("resnet54", "cifar"), ("vgg11", "cifar"),
-                                          ("mobilenetv2", "cifar"), ("resnet18", "imagenette"),
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+@pytest.mark.parametrize("name,dataset", [("resnet20", "cifar10"), ("resnet54", "cifar10"), ("vgg11", "cifar10"),
+                                          ("mobilenetv2", "cifar10"), ("resnet18", "imagenette"),
                                           ("vgg11", "imagenette")])
 def test_forward_backward(name, dataset, precision):
     _forward_backward(name, precision, dataset)
 
 
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("name", ["resnet20", "vgg11"])
 def test_sgd_lowers_loss_on_a_fixed_batch(name, precision):
     torch.manual_seed(0)
@@ -155,8 +155,8 @@ def test_sgd_lowers_loss_on_a_fixed_batch(name, precision):
     assert losses[-1] < losses[0], losses
 
 
-@pytest.mark.parametrize("precision,norm", [("fp", k) for k in ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")]
-                         + [("lp", k) for k in ("range-evonorm", "range-bn")])
+@pytest.mark.parametrize("precision,norm", [("fp32", k) for k in ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")]
+                         + [("int8", k) for k in ("range-evonorm", "range-bn")])
 def test_norm_swap_resnet20(precision, norm):
     torch.manual_seed(0)
     m = build_model("resnet20", precision=precision, norm=norm).train()
@@ -169,20 +169,22 @@ def test_norm_swap_resnet20(precision, norm):
 def test_build_model_validation():
     with pytest.raises(ValueError, match="valid names: resnet20, resnet54, vgg11, resnet18, mobilenetv2"):
         build_model("resnet56")
-    with pytest.raises(ValueError, match="valid precisions: fp, lp"):
-        build_model("resnet20", precision="int8")
-    with pytest.raises(ValueError, match="valid datasets"):
+    with pytest.raises(ValueError, match="valid precisions: fp32, int8"):
+        build_model("resnet20", precision="lp")       # one vocabulary: the cells' precision names
+    with pytest.raises(ValueError, match="vgg11.*built for cifar10, cifar100, imagenette only"):
         build_model("vgg11", dataset="imagenet")
-    with pytest.raises(ValueError, match="cifar"):
+    with pytest.raises(ValueError, match="built for imagenette only"):
+        build_model("resnet18", dataset="cifar10")
+    with pytest.raises(ValueError, match="cifar10"):
         build_model("resnet20", dataset="imagenette")
     with pytest.raises(ValueError):
-        build_model("resnet20", precision="lp", norm="evonorm")  # FP-only norm in an LP model
+        build_model("resnet20", precision="int8", norm="evonorm")  # FP-only norm in an LP model
     with pytest.raises(ValueError, match="valid names"):
-        input_size("lenet", "cifar")
+        input_size("lenet", "cifar10")
 
 
 def test_input_size():
-    assert [input_size(n, "cifar") for n in MODELS] == [32, 32, 32, 224, 32]
+    assert [input_size(n) for n in MODELS] == [32, 32, 32, 224, 32]
     assert input_size("vgg11", "imagenette") == 224
 
 

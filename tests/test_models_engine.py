@@ -29,7 +29,7 @@ from lpdl_core.quant.quantizer import QuantCfg
 from lpdl_core.topology import Topology
 
 FINE = QuantCfg(bits=16, grad_bits=16, act_rounding="nearest", grad_rounding="nearest")
-CASES = [("resnet20", "cifar"), ("resnet54", "cifar"), ("vgg11", "cifar"), ("mobilenetv2", "cifar"),
+CASES = [("resnet20", "cifar10"), ("resnet54", "cifar10"), ("vgg11", "cifar10"), ("mobilenetv2", "cifar10"),
          ("vgg11", "imagenette"), ("resnet18", "imagenette")]
 STEPS, LR = 2, 0.05
 
@@ -60,7 +60,7 @@ RANGE_RTOL, RANGE_ATOL = 2.0 ** -8, 2.0 ** -20
 
 def _sim(name, dataset, precision, executor):
     make = lambda: build_model(name, precision=precision, dataset=dataset,
-                               qcfg=FINE if precision == "lp" else None)
+                               qcfg=FINE if precision == "int8" else None)
     sim = Simulator(make, topology=Topology(name="directed-ring", n=2),
                     gossip=GossipCfg(algorithm="choco", eta=0.5),
                     engine=EngineCfg(executor=executor, device="cpu"))
@@ -81,10 +81,10 @@ def _check_ranges(buf_l, buf_b):
             assert ((buf_l[key] - buf_b[key]).abs() <= tol).all(), key
 
 
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("name,dataset", CASES)
 def test_loop_equals_batched(name, dataset, precision):
-    if dataset == "imagenette" and precision == "fp":
+    if dataset == "imagenette" and precision == "fp32":
         pytest.skip("224-px FP nets are covered by the LP case (same code path, fewer layers)")
     size = input_size(name, dataset)
     g = torch.Generator().manual_seed(0)

@@ -158,6 +158,6 @@ def test_fig3_caption_says_whether_memory_was_measured(monkeypatch):
     monkeypatch.setattr(cost_mod, "measured_peak_memory_mb", lambda *a, **k: None)
     assert "no peak memory was measured" in _measured_memory_note(counts)
     monkeypatch.setattr(cost_mod, "measured_peak_memory_mb",
-                        lambda m, p, b, dataset: {"fp": 198.7, "lp": 132.5}[p])
+                        lambda m, p, b, dataset: {"fp32": 198.7, "int8": 132.5}[p])
     note = _measured_memory_note(counts)
     assert "FP 198.7 MB" in note and "LP 132.5 MB" in note

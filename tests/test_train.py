@@ -72,7 +72,7 @@ def test_real_format_cifar_fixture_trains(tmp_path):
     assert res.status == "ok" and res.partition.sum() == 40
 
 
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_text_standin_trains_tiny_distilbert(precision):
     """Sentlen stand-in (token ids from the offline MiniLM tokenizer) through a tiny DistilBERT."""
     from lpdl_core.models.transformer import SequenceClassifier, distilbert_classifier, tiny_distilbert_config

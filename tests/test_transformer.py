@@ -50,7 +50,7 @@ def offline(monkeypatch):
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
 
 
-def tiny(precision="fp", qcfg=None, attn=None, **overrides):
+def tiny(precision="fp32", qcfg=None, attn=None, **overrides):
     torch.manual_seed(0)
     cfg = tiny_distilbert_config(VOCAB, LABELS, **overrides)
     return SequenceClassifier(distilbert_classifier(LABELS, precision=precision, qcfg=qcfg,
@@ -73,7 +73,7 @@ def count(m, cls, exact=False):
     return sum((type(x) is cls) if exact else isinstance(x, cls) for x in m.modules())
 
 
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_tiny_forward_shape(precision):
     m = tiny(precision)
     x, _ = batch()
@@ -84,7 +84,7 @@ def test_tiny_forward_shape(precision):
 
 
 def test_lp_replaces_every_linear_and_keeps_parameters():
-    fp, lp = tiny("fp"), tiny("lp")
+    fp, lp = tiny("fp32"), tiny("int8")
     n_linear = count(fp, nn.Linear)
     assert n_linear == 2 * 6 + 2  # per layer q, k, v, out, ffn1, ffn2; pre_classifier, classifier
     assert count(lp, QLinear) == n_linear and count(lp, nn.Linear, exact=True) == 0
@@ -103,7 +103,7 @@ def test_lp_replaces_every_linear_and_keeps_parameters():
 
 
 def test_quantize_linears_reuses_the_same_parameters():
-    fp = tiny("fp")
+    fp = tiny("fp32")
     before = {k: p for k, p in fp.named_parameters()}
     values = {k: p.detach().clone() for k, p in before.items()}
     lp = quantize_linears(fp, QuantCfg())
@@ -115,13 +115,13 @@ def test_quantize_linears_reuses_the_same_parameters():
 
 def test_lp_uses_its_qcfg():
     q = QuantCfg(bits=4, grad_bits=6, measure_as_parameters=True)
-    m = tiny("lp", q)
+    m = tiny("int8", q)
     assert all(x.qcfg is q for x in m.modules() if isinstance(x, QLinear))
     # official-code option: ranges become frozen Parameters, so only the trainable count matches
-    assert n_params(m, trainable=True) == n_params(tiny("fp"), trainable=True)
+    assert n_params(m, trainable=True) == n_params(tiny("fp32"), trainable=True)
 
 
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_adam_steps_lower_the_loss(precision):
     m = tiny(precision)
     m.train()
@@ -162,7 +162,7 @@ def test_config_overrides_accept_dict_or_config_and_relabel():
 
 def test_bad_precision_rejected():
     with pytest.raises(ValueError, match="precision"):
-        distilbert_classifier(4, precision="int8", pretrained=None,
+        distilbert_classifier(4, precision="lp", pretrained=None,   # the cells' names only: fp32, int8
                               config_overrides=tiny_distilbert_config(VOCAB, 4))
 
 
@@ -180,7 +180,7 @@ def test_missing_pretrained_fails_fast_in_fresh_process(tmp_path):
     code = textwrap.dedent("""
         from lpdl_core.models.transformer import PretrainedUnavailableError, distilbert_classifier
         try:
-            distilbert_classifier(4, precision="lp", pretrained="distilbert-base-uncased")
+            distilbert_classifier(4, precision="int8", pretrained="distilbert-base-uncased")
         except PretrainedUnavailableError as e:
             print("CLEAR:", e)
         else:
@@ -215,7 +215,7 @@ def test_minilm_pretrained_from_package():
     assert out.shape == (2, LABELS) and torch.isfinite(out).all()
     ref = fp(**enc).logits  # HF's own masking path (tokenizer mask, token types all 0)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
-    lp = minilm_classifier(LABELS, precision="lp")
+    lp = minilm_classifier(LABELS, precision="int8")
     assert count(lp, QLinear) == count(fp, nn.Linear) == 6 * 6 + 2  # + pooler, classifier
     assert n_params(lp, trainable=True) == n_params(fp, trainable=True)
     assert SequenceClassifier(lp).train()(enc["input_ids"]).shape == (2, LABELS)
@@ -223,7 +223,7 @@ def test_minilm_pretrained_from_package():
 
 @pytest.mark.filterwarnings("ignore:There is a performance drop")  # CPU sdpa: no batching rule
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_vmap_grad_matches_per_node_loop(precision, attn):
     """The wrapper's 4-D attention bias makes the model vmappable (the batched executor);
     per-node gradients equal those of separate forward/backward passes."""
@@ -251,10 +251,10 @@ def test_vmap_grad_matches_per_node_loop(precision, attn):
         # FP: float order only, ~1e-7 relative, far inside rtol 1e-5 / 1e-4 (atol 1e-5 for
         # entries that cancel to ~0, e.g. k_lin.bias: softmax ignores a per-query shift)
         torch.testing.assert_close(losses[i], loss.detach(), atol=1e-5,
-                                   rtol=1e-5 if precision == "fp" else LP_RTOL)
+                                   rtol=1e-5 if precision == "fp32" else LP_RTOL)
         total = torch.sqrt(sum(g.square().sum() for g in g_i))
         for k, g in zip(p_i, g_i):
-            if precision == "fp":
+            if precision == "fp32":
                 torch.testing.assert_close(grads[k][i], g, atol=1e-5, rtol=1e-4,
                                            msg=lambda s, k=k: f"{k}: {s}")
             else:  # per tensor, in norm (a flip moves single entries), floored at 2^-16 of the
@@ -266,7 +266,7 @@ def test_vmap_grad_matches_per_node_loop(precision, attn):
 def test_hf_2d_mask_path_is_not_vmappable():
     """Documents why SequenceClassifier builds the mask itself: transformers' own 2-D -> 4-D mask
     conversion branches on `mask.all()`, which vmap rejects (transformers 5.23.0)."""
-    m = tiny("fp").model.eval()
+    m = tiny("fp32").model.eval()
     xs = torch.stack([batch(seed=s)[0] for s in range(2)])
     params = {k: p.detach().unsqueeze(0).expand(2, *p.shape) for k, p in m.named_parameters()}
 
@@ -282,7 +282,7 @@ def test_hf_2d_mask_path_is_not_vmappable():
 
 
 @pytest.mark.filterwarnings("ignore:There is a performance drop")
-@pytest.mark.parametrize("precision", ["fp", "lp"])
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_loop_and_batched_executors_agree(precision):
     from lpdl_core.engine.executors import make_executor
     from lpdl_core.layout import Layout
@@ -302,7 +302,7 @@ def test_loop_and_batched_executors_agree(precision):
         losses, G = ex.loss_and_grad(xs, ys)
         out[kind] = (losses.clone(), G.clone(), ex.logits(xs[0]).clone())
     for a, b in zip(out["loop"], out["batched"]):  # losses, gradient rows, eval logits
-        if precision == "fp":  # float order only, ~1e-7 relative (atol for entries near 0)
+        if precision == "fp32":  # float order only, ~1e-7 relative (atol for entries near 0)
             torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
         else:  # in norm per node: a flipped 16-bit decision moves single entries
             rows = lambda t: t.reshape(n, -1).norm(dim=1)  # noqa: E731

@@ -45,6 +45,23 @@ def test_dry_run_has_every_paper_cell():
     assert counts["aggregate"] == 6 and counts["report"] == 1 and counts["all"] == 1
 
 
+@pytest.mark.parametrize("profile", ["mini", "paper"])
+def test_planning_the_dag_imports_no_torch(tmp_path, profile):
+    """`snakemake -n` builds the whole DAG (cells, jobs, identities, config check) with the
+    torch-free vocabulary: a `torch` that raises on import, first on the path, must not be hit."""
+    poison = tmp_path / "poison" / "torch"
+    poison.mkdir(parents=True)
+    (poison / "__init__.py").write_text('raise ImportError("torch was imported while planning the DAG")\n')
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(poison.parent), str(ROOT)])}
+    extra = ["--configfile", "config/paper.yaml"] if profile == "paper" else []
+    p = subprocess.run([SNAKEMAKE, "-n", "--forceall", "--nolock", "--quiet", "rules", *extra], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "train_" in p.stdout
+    check = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
+    assert "torch was imported while planning" in check.stderr   # the poison works
+
+
 def test_paper_profile_dry_run_writes_its_report_apart():
     p = _smk(ROOT, "-n", "--forceall", "--nolock", "--configfile", "config/paper.yaml")
     assert p.returncode == 0, p.stderr[-2000:]

@@ -5,44 +5,64 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..config import DATASETS, PAPER_DATASETS, STANDIN_DATASETS as STANDINS
 from .base import DataSplit
 
-PAPER_DATASETS = ("cifar10", "cifar100", "imagenette", "agnews", "sentlen")
-STANDINS = {  # stand-in name -> the paper dataset it replaces in the mini profile
-    "digits": "cifar10",
-    "digits-224": "imagenette",
-    "sentlen-standin": "sentlen",
-    "topics-standin": "agnews",
+
+def _cifar(name: str) -> Callable[..., DataSplit]:
+    from .cifar import load_cifar
+    return lambda **kw: load_cifar(name, **kw)
+
+
+def _imagenette() -> Callable[..., DataSplit]:
+    from .imagenette import load_imagenette
+    return load_imagenette
+
+
+def _agnews() -> Callable[..., DataSplit]:
+    from .agnews import load_agnews
+    return load_agnews
+
+
+def _sentlen() -> Callable[..., DataSplit]:
+    from .sentlen import load_sentlen
+    return load_sentlen
+
+
+def _digits(standin_for: str, image_size: int) -> Callable[..., DataSplit]:
+    from .digits import load_digits_standin
+    return lambda **kw: load_digits_standin(**{"standin_for": standin_for, "image_size": image_size, **kw})
+
+
+def _sentlen_standin() -> Callable[..., DataSplit]:
+    from .standin_text import load_sentlen_standin
+    return load_sentlen_standin
+
+
+def _topics_standin() -> Callable[..., DataSplit]:
+    from .standin_text import load_topics_standin
+    return load_topics_standin
+
+
+# name -> a function returning its loader; the loader modules are imported only when asked for,
+# so loading digits never imports torchvision's datasets or the text stack
+LOADERS: dict[str, Callable[[], Callable[..., DataSplit]]] = {
+    "cifar10": lambda: _cifar("cifar10"),
+    "cifar100": lambda: _cifar("cifar100"),
+    "imagenette": _imagenette,
+    "agnews": _agnews,
+    "sentlen": _sentlen,
+    "digits": lambda: _digits("cifar10", 32),
+    "digits-224": lambda: _digits("imagenette", 224),
+    "sentlen-standin": _sentlen_standin,
+    "topics-standin": _topics_standin,
 }
-DATASETS = PAPER_DATASETS + tuple(STANDINS)
 
 
 def _loader(name: str) -> Callable[..., DataSplit]:
-    if name in ("cifar10", "cifar100"):
-        from .cifar import load_cifar
-        return lambda **kw: load_cifar(name, **kw)
-    if name == "imagenette":
-        from .imagenette import load_imagenette
-        return load_imagenette
-    if name == "agnews":
-        from .agnews import load_agnews
-        return load_agnews
-    if name == "sentlen":
-        from .sentlen import load_sentlen
-        return load_sentlen
-    if name == "digits":
-        from .digits import load_digits_standin
-        return lambda **kw: load_digits_standin(**{"standin_for": "cifar10", "image_size": 32, **kw})
-    if name == "digits-224":
-        from .digits import load_digits_standin
-        return lambda **kw: load_digits_standin(**{"standin_for": "imagenette", "image_size": 224, **kw})
-    if name == "sentlen-standin":
-        from .standin_text import load_sentlen_standin
-        return load_sentlen_standin
-    if name == "topics-standin":
-        from .standin_text import load_topics_standin
-        return load_topics_standin
-    raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+    if name not in LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+    return LOADERS[name]()
 
 
 def load_dataset(name: str, **kwargs) -> DataSplit:

@@ -37,7 +37,7 @@ def _resnet54(num_classes, norm, qcfg):
 
 
 def _vgg11(num_classes, norm, qcfg):
-    return VGG(num_classes, norm, qcfg, "cifar", cfg=(32, 32, "M", 64, 64, "M", 128, "M"), hidden=128,
+    return VGG(num_classes, norm, qcfg, "cifar10", cfg=(32, 32, "M", 64, 64, "M", 128, "M"), hidden=128,
                dropout=0.0)
 
 
@@ -55,7 +55,7 @@ BUILDERS: dict[str, Callable] = {"resnet20": _resnet20, "resnet54": _resnet54, "
                                  "resnet18": _resnet18, "mobilenetv2": _mobilenetv2}
 
 
-def build_standin(model: str, *, precision: str = "fp", norm: str | None = None, num_classes: int = 10,
+def build_standin(model: str, *, precision: str = "fp32", norm: str | None = None, num_classes: int = 10,
                   qcfg: QuantCfg | None = None) -> nn.Module:
     """The mini stand-in of a paper model at the given precision and norm kind (as build_model)."""
     standin(model)  # ValueError naming the models that have one
@@ -96,7 +96,7 @@ def pretrained_word_embeddings(dim: int):
     return p
 
 
-def mini_distilbert(num_labels: int, *, precision: str = "fp", qcfg: QuantCfg | None = None,
+def mini_distilbert(num_labels: int, *, precision: str = "fp32", qcfg: QuantCfg | None = None,
                     dim: int = 64, n_layers: int = 1, n_heads: int = 2, hidden_dim: int = 128,
                     max_length: int = 32) -> nn.Module:
     """DistilBERT's mini stand-in: a DistilBERT of the given size (random init) whose word

@@ -94,7 +94,7 @@ class MobileNetV2(nn.Module):
         return self.linear(self.avgpool(x).flatten(1))
 
 
-def mobilenetv2(*, num_classes: int = 10, precision: str = "fp", norm: str | None = None,
+def mobilenetv2(*, num_classes: int = 10, precision: str = "fp32", norm: str | None = None,
                 qcfg: QuantCfg | None = None) -> MobileNetV2:
     """MobileNetV2 for 32-px CIFAR."""
     norm, qcfg = resolve_precision(precision, norm, qcfg)

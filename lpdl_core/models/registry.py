@@ -5,55 +5,58 @@ paper's Table 1 column is the rounded value it reports (MobileNetV2 is not in th
 """
 from __future__ import annotations
 
-import torch
+from typing import Callable
 
+import torch
 from torch import nn
 
+from ..config import CNN_MODELS as MODELS, IMAGE_DATASETS, PRECISIONS
 from ..quant.quantizer import QuantCfg
 from .mobilenetv2 import mobilenetv2
-from .resnet_cifar import PRECISIONS, resnet_cifar
+from .resnet_cifar import resnet_cifar
 from .resnet_imagenet import resnet18
-from .vgg import DATASETS, vgg11
+from .vgg import vgg11
 
-MODELS = ("resnet20", "resnet54", "vgg11", "resnet18", "mobilenetv2")
-# the datasets each model is built for (resnet18 is Imagenette-only, so `dataset` is ignored)
-MODEL_DATASETS = {"resnet20": ("cifar",), "resnet54": ("cifar",), "vgg11": DATASETS,
-                  "resnet18": ("imagenette",), "mobilenetv2": ("cifar",)}
+CIFAR = ("cifar10", "cifar100")
+# name -> (builder(**kw), the datasets it is built for); resnet18 is the 224-px Imagenette net
+BUILDERS: dict[str, tuple[Callable[..., nn.Module], tuple[str, ...]]] = {
+    "resnet20": (lambda dataset, **kw: resnet_cifar(20, **kw), CIFAR),
+    "resnet54": (lambda dataset, **kw: resnet_cifar(54, **kw), CIFAR),
+    "vgg11": (lambda dataset, **kw: vgg11(dataset=dataset, **kw), IMAGE_DATASETS),
+    "resnet18": (lambda dataset, **kw: resnet18(**kw), ("imagenette",)),
+    "mobilenetv2": (lambda dataset, **kw: mobilenetv2(**kw), CIFAR),
+}
+MODEL_DATASETS = {name: datasets for name, (_, datasets) in BUILDERS.items()}
 PAPER_TABLE1 = {"resnet20": "0.27M", "resnet54": "0.76M", "vgg11": "9.49M", "resnet18": "11.2M",
                 "mobilenetv2": "—"}
 
 
-def build_model(name: str, *, precision: str = "fp", norm: str | None = None, num_classes: int = 10,
-                dataset: str = "cifar", qcfg: QuantCfg | None = None) -> nn.Module:
-    """A paper model. precision "fp" (plain layers, EvoNorm) or "lp" (8-bit layers, Range EvoNorm,
-    qcfg defaulting to QuantCfg()); norm overrides the norm kind (see quant.norms.make_norm).
-    dataset ("cifar" | "imagenette") selects VGG-11's variant; ResNet-18 is always the 224-px
-    Imagenette net; the other models are CIFAR-only."""
-    if name not in MODELS:
+def _dataset(name: str, dataset: str | None) -> str:
+    """The dataset a model is built for: `dataset` if it is one of them, its first by default."""
+    if name not in BUILDERS:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
+    datasets = MODEL_DATASETS[name]
+    if dataset is not None and dataset not in datasets:
+        raise ValueError(f"model {name!r} is built for {', '.join(datasets)} only, got dataset {dataset!r}")
+    return dataset or datasets[0]
+
+
+def build_model(name: str, *, precision: str = "fp32", norm: str | None = None, num_classes: int = 10,
+                dataset: str | None = None, qcfg: QuantCfg | None = None) -> nn.Module:
+    """A paper CNN. precision "fp32" (plain layers, EvoNorm) or "int8" (8-bit layers, Range
+    EvoNorm, qcfg defaulting to QuantCfg()); norm overrides the norm kind (see
+    quant.norms.make_norm). dataset: one the model is built for (default: its first; it selects
+    VGG-11's 32-px or 224-px variant)."""
+    dataset = _dataset(name, dataset)
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; valid datasets: {', '.join(DATASETS)}")
-    if name != "resnet18" and dataset not in MODEL_DATASETS[name]:
-        raise ValueError(f"model {name!r} is built for {MODEL_DATASETS[name]} only, got dataset {dataset!r}")
-    kw = dict(num_classes=num_classes, precision=precision, norm=norm, qcfg=qcfg)
-    if name == "resnet20":
-        return resnet_cifar(20, **kw)
-    if name == "resnet54":
-        return resnet_cifar(54, **kw)
-    if name == "vgg11":
-        return vgg11(dataset=dataset, **kw)
-    if name == "resnet18":
-        return resnet18(**kw)
-    return mobilenetv2(**kw)
+    build, _ = BUILDERS[name]
+    return build(dataset, num_classes=num_classes, precision=precision, norm=norm, qcfg=qcfg)
 
 
-def input_size(name: str, dataset: str = "cifar") -> int:
-    """Input side in pixels: 224 for ResNet-18 and Imagenette VGG-11, else 32."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
-    return 224 if name == "resnet18" or (name == "vgg11" and dataset == "imagenette") else 32
+def input_size(name: str, dataset: str | None = None) -> int:
+    """Input side in pixels: 224 on Imagenette (ResNet-18 is built for it only), else 32."""
+    return 224 if _dataset(name, dataset) == "imagenette" else 32
 
 
 def count_params(model: nn.Module, trainable_only: bool = True) -> int:
@@ -71,9 +74,9 @@ def model_table(qcfg_official: QuantCfg = QuantCfg(measure_as_parameters=True)) 
         rows.append(dict(
             name=name,
             dataset="/".join(ds),
-            fp=count_params(build_model(name, precision="fp", dataset=ds[0])),
-            lp_trainable=count_params(build_model(name, precision="lp", dataset=ds[0])),
-            lp_official=count_params(build_model(name, precision="lp", dataset=ds[0], qcfg=qcfg_official),
+            fp=count_params(build_model(name, precision="fp32", dataset=ds[0])),
+            lp_trainable=count_params(build_model(name, precision="int8", dataset=ds[0])),
+            lp_official=count_params(build_model(name, precision="int8", dataset=ds[0], qcfg=qcfg_official),
                                      trainable_only=False),
             paper=PAPER_TABLE1[name],
         ))

@@ -26,9 +26,9 @@ from torch import nn
 
 from ..quant.layers import make_add, make_conv, make_linear
 from ..quant.norms import make_norm
+from ..config import PRECISIONS
 from ..quant.quantizer import QuantCfg
 
-PRECISIONS = ("fp", "lp")
 
 
 def resolve_precision(precision: str, norm: str | None, qcfg: QuantCfg | None) -> tuple[str, QuantCfg | None]:
@@ -39,7 +39,7 @@ def resolve_precision(precision: str, norm: str | None, qcfg: QuantCfg | None) -
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if precision == "fp":
+    if precision == "fp32":
         return norm or "evonorm", None
     return norm or "range-evonorm", qcfg if qcfg is not None else QuantCfg()
 
@@ -128,7 +128,7 @@ class ResNetCifar(nn.Module):
         return self.fc(self.avgpool(x).flatten(1))
 
 
-def resnet_cifar(depth: int, *, num_classes: int = 10, precision: str = "fp", norm: str | None = None,
+def resnet_cifar(depth: int, *, num_classes: int = 10, precision: str = "fp32", norm: str | None = None,
                  qcfg: QuantCfg | None = None, width: int = 16) -> ResNetCifar:
     """CIFAR ResNet of `depth` (20 -> ResNet-20, 54 -> the paper's "ResNet-54", n = 8).
     width: channels of the first stage (paper: 16); the mini profile uses depth 8, width 8."""

@@ -52,7 +52,7 @@ class ResNetImagenet(nn.Module):
         return self.fc(self.avgpool(x).flatten(1))
 
 
-def resnet18(*, num_classes: int = 10, precision: str = "fp", norm: str | None = None,
+def resnet18(*, num_classes: int = 10, precision: str = "fp32", norm: str | None = None,
              qcfg: QuantCfg | None = None) -> ResNetImagenet:
     """ResNet-18 (BasicBlock [2, 2, 2, 2]) for 224-px Imagenette."""
     norm, qcfg = resolve_precision(precision, norm, qcfg)

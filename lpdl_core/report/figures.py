@@ -182,10 +182,10 @@ def fig3_cost(data: ReportData | None = None, cost: dict | None = None) -> Figur
 def _measured_memory_note(counts: dict) -> str:
     """Measured peak CUDA memory of one forward + backward, where a GPU exists (else nothing)."""
     from .cost import measured_peak_memory_mb
-    fp = measured_peak_memory_mb(counts["model"], "fp", counts["batch"], dataset=counts["dataset"])
+    fp = measured_peak_memory_mb(counts["model"], "fp32", counts["batch"], dataset=counts["dataset"])
     if fp is None:
         return " No GPU was present when this report was built, so no peak memory was measured."
-    lp = measured_peak_memory_mb(counts["model"], "lp", counts["batch"], dataset=counts["dataset"])
+    lp = measured_peak_memory_mb(counts["model"], "int8", counts["batch"], dataset=counts["dataset"])
     return (f" Measured peak CUDA memory of one forward + backward on this machine: FP {fp:.1f} MB, "
             f"LP {lp:.1f} MB (8-bit is simulated in float32, so this compares which tensors the "
             f"layers keep, not 8-bit storage).")

@@ -29,7 +29,7 @@ config.clear()
 config.update(_cfg)
 
 from lpdl_core.cells import load_cells  # noqa: E402
-from lpdl_core.config import Fidelity  # noqa: E402
+from lpdl_core.config import PROFILES, TABLES, Fidelity  # noqa: E402
 from lpdl_core.jobs import plan_jobs  # noqa: E402
 from lpdl_core.runstore import run_identity  # noqa: E402
 
@@ -51,13 +51,13 @@ PAPER_DIR_Q = shlex.quote(config["paper_dir"])
 DEVICE_Q = shlex.quote(config["device"])
 EXECUTOR_Q = shlex.quote(config["executor"])
 DATA_ROOT_OPT = f"--data-root {shlex.quote(config['data_root'])}" if config["data_root"] else ""
-FIDELITY_OPT = " ".join(shlex.quote(f"{k}={str(v).lower()}") for k, v in sorted(FIDELITY.as_dict().items()))
+FIDELITY_JSON_Q = shlex.quote(json.dumps(FIDELITY.as_dict(), sort_keys=True))  # typed values, no re-parsing
 
 wildcard_constraints:
     cell=r"[a-z0-9.-]+",
     seed=r"\d+",
-    profile=r"mini|paper",
-    table=r"table[1-5]|fig1",
+    profile="|".join(PROFILES),
+    table="|".join(TABLES),
 
 
 def metrics_of(table):

@@ -37,4 +37,4 @@ for _job in JOBS:
             "--profile {wildcards.profile:q} --seed {wildcards.seed:q} "
             "--out results/{wildcards.profile:q}/runs/{{cell}}/seed{wildcards.seed:q} "
             "--paper-dir {PAPER_DIR_Q} --device {DEVICE_Q} --executor {EXECUTOR_Q} {DATA_ROOT_OPT} "
-            "--fidelity {FIDELITY_OPT} > {log:q} 2>&1"
+            "--fidelity-json {FIDELITY_JSON_Q} > {log:q} 2>&1"

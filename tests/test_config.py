@@ -1,0 +1,101 @@
+"""One vocabulary (lpdl_core.config): every registry, validator, schema and command-line choice
+uses exactly its names, so a name is added or renamed in one place."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lpdl_core import config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_imports_no_torch():
+    code = ("import sys, lpdl_core.config, lpdl_core.cells, lpdl_core.jobs, lpdl_core.mini, lpdl_core.runstore\n"
+            "print('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+def test_registries_hold_exactly_the_vocabulary():
+    from lpdl_core import algorithms
+    from lpdl_core.data.registry import LOADERS
+    from lpdl_core.models.registry import BUILDERS, MODEL_DATASETS
+
+    assert tuple(BUILDERS) == config.CNN_MODELS
+    assert all(set(d) <= set(config.IMAGE_DATASETS) for d in MODEL_DATASETS.values())
+    assert tuple(LOADERS) == config.DATASETS
+    assert set(config.STANDIN_DATASETS.values()) <= set(config.PAPER_DATASETS)
+    assert tuple(algorithms.REGISTRY) == config.ALGORITHMS
+
+
+def test_every_name_builds():
+    from lpdl_core.optim import OptimCfg
+    from lpdl_core.quant.norms import make_norm
+    from lpdl_core.quant.quantizer import QuantCfg
+    from lpdl_core.schedule import ScheduleCfg
+    from lpdl_core.topology import Topology
+
+    for g in config.GRAPHS:
+        assert Topology(name=g, n=8).W(0).shape == (8, 8)
+    for k in config.SCHEDULES:
+        ScheduleCfg(kind=k, milestones=(2,) if k == "multistep" else ())
+    for m in config.MOMENTA:
+        OptimCfg(momentum=m)
+    fp_only, lp_only = {"evonorm", "range-evonorm-fp", "bn", "gn"}, {"range-evonorm"}
+    for n in config.NORMS:
+        if n not in lp_only:
+            make_norm(n, 16)
+        if n not in fp_only:
+            make_norm(n, 16, qcfg=QuantCfg())
+
+
+def test_the_library_names_are_the_vocabulary():
+    """Modules that name their own choices re-export the vocabulary's tuples (no copies)."""
+    from lpdl_core import cells, jobs, optim, schedule, topology
+    from lpdl_core.models import registry as models
+    from lpdl_core.quant import norms
+
+    assert topology.GRAPHS is config.GRAPHS and schedule.SCHEDULES is config.SCHEDULES
+    assert optim.MOMENTA is config.MOMENTA and norms.NORMS is config.NORMS
+    assert jobs.CELLS_PER_JOB is config.CELLS_PER_JOB and models.MODELS is config.CNN_MODELS
+    from lpdl_core.algorithms import ALGORITHMS
+    assert ALGORITHMS is config.ALGORITHMS
+    assert cells.NAMES["precision"] is config.PRECISIONS and cells.NAMES["table"] is config.TABLES
+    assert set(cells.NAMES["model"]) == set(config.MODELS)
+
+
+def test_schema_takes_its_enums_from_the_vocabulary():
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    assert "enum:" not in (ROOT / "workflow/schemas/config.schema.yaml").read_text()  # no sixth copy
+    props = config.with_vocabulary(schema)["properties"]
+    assert props["profile"]["enum"] == list(config.PROFILES)
+    assert props["tables"]["items"]["enum"] == list(config.TABLES)
+    assert props["device"]["enum"] == list(config.DEVICES) and props["executor"]["enum"] == list(config.EXECUTORS)
+    assert props["fidelity"]["properties"]["official_quant"]["enum"] == [False, True]
+    assert "enum" not in schema["properties"]["profile"]                                  # not mutated
+
+
+def test_command_line_choices_are_the_vocabulary():
+    from lpdl_core.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
+    train = {a.dest: a for a in sub["train"]._actions}
+    assert tuple(train["profile"].choices) == config.PROFILES
+    assert tuple(train["device"].choices) == config.DEVICES and tuple(train["executor"].choices) == config.EXECUTORS
+    bench = {a.dest: a for a in sub["bench"]._actions}
+    assert tuple(bench["model"].choices) == config.CNN_MODELS
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{not json", "--fidelity-json: not JSON"),
+    ("[1, 2]", "expected a JSON object, got list"),
+    ('{"official_quant": "true"}', "official_quant: 'true' is not one of false, true"),   # typed: a string is no bool
+    ('{"nope": 1}', "unknown fidelity option 'nope'"),
+])
+def test_fidelity_json_is_typed_and_checked(tmp_path, text, why):
+    r = subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--cell", "t1-resnet20-single-c0-s0-none-fp32",
+                        "--out", str(tmp_path / "x"), "--fidelity-json", text], capture_output=True, text=True)
+    assert r.returncode == 2 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "x").exists()
