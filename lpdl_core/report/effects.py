@@ -70,6 +70,7 @@ class EffectRow:
     spread: float | None        # standard deviation over seeds (None with one seed)
     seeds: int
     verdict: str                # one of EFFECT_VERDICTS
+    title: str = ""             # the block as a reader names it, e.g. "ResNet-20, directed ring, 8 nodes"
 
 
 def chance(num_classes: int) -> float:

@@ -69,7 +69,7 @@ class Row:
 
 @dataclass(frozen=True, kw_only=True)
 class PaperTable:
-    name: str                      # table1 .. table5, fig1
+    name: str                      # table1 .. table5, fig1 (anchors and file names only)
     caption: str
     row_axes: tuple[str, ...]      # e.g. ("Model/Graph", "Nodes", "Compression (%)", "Skew")
     columns: tuple[str, ...]       # e.g. ("DS (32-bit)", "LP-DS (8-bit)", ...)
@@ -77,6 +77,7 @@ class PaperTable:
     note: str = ""                 # e.g. the mini-profile mapping
     compare: str = "absolute"      # "absolute": coloured by |delta| to the paper (paper profile);
                                    # "effects": absolute numbers cannot match (mini), no delta colour
+    title: str = ""                # the heading a reader sees, e.g. "Table 2" (never the id)
 
 
 @dataclass(frozen=True, kw_only=True)
