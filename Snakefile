@@ -10,7 +10,7 @@ include: "workflow/rules/demo.smk"
 include: "workflow/rules/report.smk"
 
 # cheap steps run where snakemake runs (e.g. a cluster login node), not as SLURM jobs
-localrules: aggregate, report, all
+localrules: aggregate, partitions, report, all
 
 
 rule all:

@@ -1,95 +1,122 @@
-"""Per-table results: every cell of a paper table with its reproduced value(s), the paper's value
-and the difference. Missing runs stay missing (never filled); diverged runs are marked; a cell
-within LEARNED_MARGIN points of chance is marked as not learned; a cell whose mini run was
-computed once for another cell names that cell (same_run_as)."""
+"""The aggregate step (torch-free): the runs of a results folder -> tidy frames -> the per-table CSVs.
+
+    results/{profile}/runs.csv                   one row per (cell, seed)          (tidy.read_runs)
+    results/{profile}/curves.csv                 one row per (cell, seed, epoch)
+    results/{profile}/tables/{table}.csv         one row per paper cell: groupby over seeds
+    results/{profile}/tables/{table}-paper.csv   the same, pivoted to the paper's shape
+
+A table row: reproduced = mean over the cell's finished (status ok) seeds of the mean per-node
+test accuracy (the official metric), its standard deviation (two or more seeds), the averaged
+model's accuracy, the paper's value and delta = reproduced - paper. A cell without runs is
+'missing' and never filled; a cell whose seeds all diverged is 'diverged', some of them
+'partly-diverged' (the mean is then over the others). chance = 100 / the classes of the data the
+runs trained on; learned = reproduced > chance + LEARNED_MARGIN; same_run_as names the cell whose
+mini run this cell's is (computed once). Accuracies are rounded to 2 decimals, MB to 3,
+seconds to 1, the consensus distance to 4 significant digits.
+"""
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
+
+import pandas as pd
 
 from .cells import Cell
 from .config import LEARNED_MARGIN
-from .runstore import read_run_metrics, run_identity
+from .shapes import SHAPES
+from .tidy import CURVES_FILE, RUNS_FILE, read_runs, write_frame
 
-KEYS = ("table", "block", "cell_id", "dataset", "model", "nodes", "topology", "compression", "eta",
-        "skew", "algorithm", "precision", "momentum", "norm")
+AXES = ("table", "block", "cell_id", "dataset", "model", "nodes", "topology", "compression", "eta", "skew",
+        "algorithm", "precision", "momentum", "norm", "optimizer", "lr", "epochs", "batch_per_node")
+SUMMARY = ("profile", "seeds", "runs", "status", "reproduced", "reproduced_std", "avg_model", "avg_model_std",
+           "paper", "delta", "consensus_distance", "mb_per_node", "wall_time_s", "diverged_at", "chance",
+           "learned", "same_run_as", "mapping")
+DECIMALS = {"reproduced": 2, "reproduced_std": 2, "avg_model": 2, "avg_model_std": 2, "paper": 2, "delta": 2,
+            "chance": 2, "mb_per_node": 3, "wall_time_s": 1}
 
 
-def _stats(values: list[float]) -> tuple[float | None, float | None]:
-    if not values:
-        return None, None
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+def _status(g: pd.DataFrame) -> str:
+    ok = int((g["status"] == "ok").sum())
+    return "ok" if ok == len(g) else "diverged" if ok == 0 else "partly-diverged"
 
 
-def aggregate_table(cells: Iterable[Cell], runs: Mapping[str, list[dict]], profile: str) -> list[dict]:
-    """One row per cell. runs: cell_id -> metrics.json dicts of its seeds (finished ones only).
+def _cell_summary(g: pd.DataFrame) -> pd.Series:
+    ok = g[g["status"] == "ok"]
+    diverged = sorted(int(e) for e in g["diverged_epoch"].dropna())
+    same = sorted({s for s in g["same_run_as"].fillna("") if s})
+    return pd.Series({
+        "seeds": len(ok), "runs": len(g), "status": _status(g),
+        "reproduced": ok["mean_acc"].mean(), "reproduced_std": ok["mean_acc"].std(ddof=1),
+        "avg_model": ok["avg_model_acc"].mean(), "avg_model_std": ok["avg_model_acc"].std(ddof=1),
+        "consensus_distance": ok["consensus_distance"].mean(), "mb_per_node": ok["mb_per_node"].mean(),
+        "wall_time_s": g["wall_time_s"].sum(min_count=1),
+        "diverged_at": json.dumps(diverged) if diverged else "",
+        "chance": g["chance"].dropna().iloc[0] if g["chance"].notna().any() else None,
+        "same_run_as": ";".join(same), "mapping": g["mapping"].iloc[0],
+    })
 
-    reproduced = mean over seeds of the mean per-node test accuracy (the official metric);
-    avg_model = the same for the parameter-averaged model; delta = reproduced - paper.
-    chance = 100 / the classes of the data the runs trained on (metrics num_classes; empty when
-    not recorded); learned = reproduced > chance + LEARNED_MARGIN (empty when either is unknown).
-    """
+
+def summarize(runs: pd.DataFrame, cells: Iterable[Cell], profile: str) -> pd.DataFrame:
+    """One row per cell (paper order), every cell present: missing ones with status 'missing'."""
+    cells = list(cells)
+    base = pd.DataFrame([{**{k: (c.cell_id if k == "cell_id" else getattr(c, k)) for k in AXES},
+                          "paper": c.paper_acc} for c in cells], columns=[*AXES, "paper"])
+    if len(runs):
+        per = runs.groupby("cell_id", sort=False)[list(runs.columns)].apply(_cell_summary).reset_index()
+    else:
+        per = pd.DataFrame(columns=["cell_id", *(k for k in SUMMARY if k not in ("profile", "paper", "delta",
+                                                                              "learned"))])
+    out = base.merge(per, on="cell_id", how="left")
+    out["profile"] = profile
+    out["seeds"] = out["seeds"].fillna(0).astype(int)
+    out["runs"] = out["runs"].fillna(0).astype(int)
+    out["status"] = out["status"].fillna("missing")
+    out["reproduced_std"] = out["reproduced_std"].where(out["seeds"] > 1)
+    out["avg_model_std"] = out["avg_model_std"].where(out["seeds"] > 1)
+    out["delta"] = out["reproduced"] - out["paper"]
+    learned = out["reproduced"] > out["chance"] + LEARNED_MARGIN
+    out["learned"] = learned.astype("boolean").where(out["reproduced"].notna() & out["chance"].notna())
+    for col in ("diverged_at", "same_run_as", "mapping"):
+        out[col] = out[col].fillna("")
+    out = out[[*AXES, *SUMMARY]].round(DECIMALS)
+    out["consensus_distance"] = out["consensus_distance"].map(lambda x: float(f"{x:.4g}"), na_action="ignore")
+    return out
+
+
+def paper_pivot(summary: pd.DataFrame, cells: Iterable[Cell], table: str) -> pd.DataFrame:
+    """One table in the paper's shape: rows = its row axes, columns = (variant, reproduced | std |
+    paper | status), e.g. ('LP-CHOCO (8-bit)', 'reproduced')."""
+    shape = SHAPES[table]
+    by_id = summary.set_index("cell_id")
     rows = []
     for c in cells:
-        ms = runs.get(c.cell_id, [])
-        ok = [m for m in ms if m.get("status") == "ok"]
-        mean, std = _stats([m["final"]["mean_acc"] for m in ok])
-        amean, astd = _stats([m["final"]["avg_model_acc"] for m in ok])
-        status = "missing" if not ms else ("ok" if len(ok) == len(ms) else
-                                           "diverged" if not ok else "partly-diverged")
-        diverged = [m.get("diverged_at") for m in ms if m.get("status") == "diverged"]
-        classes = next((m["num_classes"] for m in ms if m.get("num_classes")), None)
-        chance = 100.0 / classes if classes else None
-        same = sorted({m["config"]["same_run_as"] for m in ms if m.get("config", {}).get("same_run_as")})
-        rows.append({
-            **{k: getattr(c, k) for k in KEYS if k != "cell_id"}, "cell_id": c.cell_id,
-            "profile": profile, "seeds": len(ok), "status": status,
-            "reproduced": mean, "reproduced_std": std, "avg_model": amean, "avg_model_std": astd,
-            "paper": c.paper_acc,
-            "delta": (mean - c.paper_acc) if (mean is not None and c.paper_acc is not None) else None,
-            "chance": chance,
-            "learned": (mean > chance + LEARNED_MARGIN) if (mean is not None and chance is not None) else None,
-            "same_run_as": ";".join(same),
-            "consensus_distance": _stats([m["final"]["consensus_distance"] for m in ok])[0],
-            "mb_per_node": _stats([m["bytes_per_node"] / 1e6 for m in ok])[0],
-            "wall_time_s": sum(m.get("wall_time_s", 0.0) for m in ms) or None,
-            "diverged_at": json.dumps(diverged) if diverged else "",
-            "mapping": "; ".join(ms[0]["config"].get("mapping", [])) if ms else "",
-        })
-    return rows
+        if c.table != table:
+            continue
+        s = by_id.loc[c.cell_id]
+        labels = dict(zip(shape.row_axes, shape.row_of(c)))
+        for field in ("reproduced", "reproduced_std", "paper", "status"):
+            rows.append({**labels, "column": shape.column_of(c), "field": field.removeprefix("reproduced_") or field,
+                         "value": s[field]})
+    long = pd.DataFrame(rows)
+    wide = long.pivot_table(index=list(shape.row_axes), columns=["column", "field"], values="value",
+                            aggfunc="first", sort=False, dropna=False)
+    order = list(dict.fromkeys(shape.column_of(c) for c in cells if c.table == table))
+    return wide.reindex(columns=pd.MultiIndex.from_product([order, ["reproduced", "std", "paper", "status"]]))
 
 
-def run_dir(results_dir: str | Path, cell_id: str, seed: int) -> Path:
-    """results/{profile}/runs/{cell}/seed{seed}: where one run lives."""
-    return Path(results_dir) / "runs" / cell_id / f"seed{seed}"
-
-
-def seeds_present(results_dir: str | Path, cell_id: str) -> list[int]:
-    """Seeds with a finished run (a metrics.json) of a cell, ascending."""
-    d = Path(results_dir) / "runs" / cell_id
-    found = [p.parent.name.removeprefix("seed") for p in d.glob("seed*/metrics.json")] if d.is_dir() else []
-    return sorted(int(s) for s in found if s.isdigit())
-
-
-def collect_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, seeds=None,
-                 fidelity=None) -> dict[str, list[dict]]:
-    """cell_id -> the metrics.json of its runs, read from their own folders and checked.
-
-    seeds: the seeds to read (a missing run stays missing); None = every seed present.
-    fidelity: the fidelity options the runs must have (None: any). A corrupt metrics.json is a
-    CorruptFile and a run of another cell, seed, profile or setting a RunMismatch, each one line
-    naming the file: a result is never filed under a name it does not have.
-    """
-    out: dict[str, list[dict]] = {}
-    for c in cells:
-        for seed in (seeds_present(results_dir, c.cell_id) if seeds is None else seeds):
-            path = run_dir(results_dir, c.cell_id, seed) / "metrics.json"
-            if not path.exists():
-                continue
-            want = run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {})
-            if fidelity is None:
-                del want["fidelity"]
-            out.setdefault(c.cell_id, []).append(read_run_metrics(path, want))
-    return out
+def write_aggregate(results_dir: str | Path, cells: Iterable[Cell], *, profile: str, tables: Iterable[str],
+                    seeds=None, fidelity=None) -> dict[str, Path]:
+    """Read every run of `cells` once and write runs.csv, curves.csv and each table's two CSVs."""
+    results_dir = Path(results_dir)
+    cells = [c for c in cells if c.table in set(tables)]
+    runs, curves = read_runs(cells, results_dir, profile=profile, seeds=seeds, fidelity=fidelity)
+    written = {"runs": write_frame(runs, results_dir / RUNS_FILE),
+               "curves": write_frame(curves, results_dir / CURVES_FILE)}
+    summary = summarize(runs, cells, profile)
+    for table in dict.fromkeys(c.table for c in cells):
+        rows = summary[summary["table"] == table]
+        written[table] = write_frame(rows, results_dir / "tables" / f"{table}.csv")
+        written[f"{table}-paper"] = write_frame(paper_pivot(rows, cells, table),
+                                                results_dir / "tables" / f"{table}-paper.csv", index=True)
+    return written

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import (ALGORITHMS, GRAPHS, MODELS, NORMS, OPTIMIZERS, PAPER_DATASETS, PRECISIONS, SCHEDULES,
+from .config import (PACKAGE_DIR, ALGORITHMS, GRAPHS, MODELS, NORMS, OPTIMIZERS, PAPER_DATASETS, PRECISIONS, SCHEDULES,
                      TABLES, TEXT_MODELS)
 from .errors import ConfigError
 
@@ -164,7 +164,7 @@ def _convert(col: str, text: str):
 def _default_dir(paper_dir: str | Path) -> Path:
     p = Path(paper_dir)
     if not p.is_absolute() and not p.exists():  # relative to the repository, wherever pytest runs
-        p = Path(__file__).resolve().parent.parent / p
+        p = PACKAGE_DIR.parent / p
     return p
 
 

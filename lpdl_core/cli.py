@@ -49,7 +49,7 @@ def _unit(text: str) -> float:
 def _out_file(path: str | None, what: str = "output file") -> None:
     """ConfigError before any work unless `path`'s folder is writable (or creatable)."""
     if path:
-        from .runcell import check_writable_dir
+        from .runstore import check_writable_dir
         if Path(path).is_dir():
             raise LpdlError(f"{what} {path}: is a folder, not a file")
         check_writable_dir(Path(path).parent if Path(path).parent != Path("") else Path("."), what)
@@ -267,17 +267,67 @@ def _cmd_cells(a: argparse.Namespace) -> int:
 
 
 def _cmd_report(a: argparse.Namespace) -> int:
+    """The report from what the aggregate, cost and partitions steps wrote under --results."""
     from .report.build import build_report, main_json
+    from .runstore import check_writable_dir
+    from .tidy import RUNS_FILE
 
-    from .runcell import check_writable_dir
+    results = Path(a.results)
+    if not (results / RUNS_FILE).is_file():
+        raise LpdlError(f"{results} has no {RUNS_FILE}: run the pipeline, or `lpdl aggregate {results}` "
+                        f"(and `lpdl cost`, `lpdl partition-figures` for Figures 2-3, 5-7) first")
+    check_writable_dir(a.out, "report folder")
+    r = build_report(results, a.out, paper_dir=a.paper_dir, tables=a.table or None, pdf=not a.no_pdf)
+    print(main_json(r))
+    return 0
+
+
+def _cmd_aggregate(a: argparse.Namespace) -> int:
+    """runs/ -> runs.csv, curves.csv, tables/{table}.csv and tables/{table}-paper.csv."""
+    from .aggregate import write_aggregate
+    from .cells import load_cells
+    from .config import TABLES
+    from .runstore import check_writable_dir
 
     results = Path(a.results)
     if not (results / "runs").is_dir():
         raise LpdlError(f"{results} has no runs/ folder (expected results/<profile>/runs/<cell>/seed<n>/)")
-    check_writable_dir(a.out, "report folder")
-    r = build_report(results, a.out, paper_dir=a.paper_dir, tables=a.table or None,
-                     seeds=a.seed or None, pdf=not a.no_pdf)
-    print(main_json(r))
+    check_writable_dir(results / "tables", "tables folder")
+    tables = a.table or list(TABLES)
+    written = write_aggregate(results, load_cells(a.paper_dir, tables=tables), profile=a.profile or results.name,
+                              tables=tables, seeds=a.seed or None)
+    for path in written.values():
+        print(path)
+    return 0
+
+
+def _cmd_cost(a: argparse.Namespace) -> int:
+    """Figure 3's cost model (and measured peak CUDA memory on a GPU) as JSON."""
+    import json
+
+    from .cost import figure3_cost
+
+    _out_file(a.out)
+    text = json.dumps(figure3_cost(device=a.device), indent=1)
+    if a.out:
+        from .results import write_atomic
+        write_atomic(a.out, text + "\n")
+    print(text)
+    return 0
+
+
+def _cmd_partition_figures(a: argparse.Namespace) -> int:
+    """Figures 2, 5-7's per-node class counts as CSV."""
+    from .paper_partitions import partition_figures_frame
+    from .tidy import write_frame
+
+    _out_file(a.out)
+    df = partition_figures_frame()
+    if a.out:
+        write_frame(df, a.out)
+        print(a.out)
+    else:
+        print(df.to_csv(index=False), end="")
     return 0
 
 
@@ -304,7 +354,7 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from .aggregate import seeds_present
+    from .tidy import seeds_present
     from .cells import load_cells
     from .config import LEARNED_MARGIN
     from .targets import check_targets, format_checks, not_learned
@@ -333,7 +383,8 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import CELLS_PER_JOB, CNN_MODELS, DEVICES, EXECUTORS, GRAPHS, IMAGE_DATASETS, PRECISIONS, PROFILES
+    from .config import (CELLS_PER_JOB, CNN_MODELS, DEVICES, EXECUTORS, GRAPHS, IMAGE_DATASETS, PRECISIONS,
+                         PROFILES, TABLES)
     from .partition import KNOWN_CLASS_SIZES
 
     p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
@@ -410,10 +461,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--results", default="results/mini", help="results/<profile> folder")
     r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
     r.add_argument("--paper-dir", default="workflow/paper")
-    r.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default all)")
-    r.add_argument("--seed", type=_count(0), action="append", help="only these seeds (repeatable)")
+    r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
     r.set_defaults(func=_cmd_report)
+
+    ag = sub.add_parser("aggregate", help="a results folder's runs -> runs.csv, curves.csv, tables/*.csv")
+    ag.add_argument("results", help="results/<profile> holding runs/")
+    ag.add_argument("--profile", choices=PROFILES, default=None, help="default: the folder's name")
+    ag.add_argument("--paper-dir", default="workflow/paper")
+    ag.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
+    ag.add_argument("--seed", type=_count(0), action="append", help="only these seeds (default: all found)")
+    ag.set_defaults(func=_cmd_aggregate)
+
+    co = sub.add_parser("cost", help="Figure 3's compute and memory cost model (JSON)")
+    co.add_argument("--device", choices=DEVICES, default="auto", help="measure peak memory on CUDA when used")
+    co.add_argument("--out", help="also write the JSON here (e.g. results/mini/cost.json)")
+    co.set_defaults(func=_cmd_cost)
+
+    pf = sub.add_parser("partition-figures", help="Figures 2, 5-7: per-node class counts of the paper's partitions (CSV)")
+    pf.add_argument("--out", help="write the CSV here (e.g. results/mini/partitions.csv); default: print it")
+    pf.set_defaults(func=_cmd_partition_figures)
 
     m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
     m.set_defaults(func=_cmd_models)

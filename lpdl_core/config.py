@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
@@ -43,6 +44,17 @@ EXECUTORS = ("loop", "batched")        # how the n nodes' forward/backward runs 
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
 CELLS_PER_JOB = ("block", "cell")      # mini: a block's cells of one precision per process; paper: one cell
 LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
+# paper model -> (its mini stand-in, what it is): built by lpdl_core.models.mini, each by its paper
+# model's own class; the mini protocol (lpdl_core.pipeline.mini) records the description
+MINI_STANDINS = {
+    "resnet20": ("mini-resnet20", "CIFAR ResNet depth 8 (1 block per stage), widths 16/32/64"),
+    "resnet54": ("mini-resnet54", "CIFAR ResNet depth 14 (2 blocks per stage), widths 16/32/64"),
+    "vgg11": ("mini-vgg11", "VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit MLP head, no dropout"),
+    "resnet18": ("mini-resnet18", "ImageNet-style ResNet, 4 stages 16/32/64/128 at 8/8/4/2 px, 1 block each, "
+                                  "3x3 stem"),
+    "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),
+}
+PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
 
 # option -> its allowed values, the paper's text first (the default)

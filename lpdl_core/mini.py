@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .config import MINI_STANDINS
+
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
 IMAGE_EPOCHS = 6
@@ -35,15 +37,7 @@ CURVE_EVAL_SAMPLES = 120
 TEXT_STANDINS = {"agnews": "topics-standin", "sentlen": "sentlen-standin"}
 TEXT_CLASSES = {"agnews": 4, "sentlen": 6}
 TINY_DISTILBERT = dict(dim=64, n_layers=1, n_heads=2, hidden_dim=128)
-# paper model -> (stand-in, what it is); built by lpdl_core.models.mini, each by its paper model's class
-STANDINS = {
-    "resnet20": ("mini-resnet20", "CIFAR ResNet depth 8 (1 block per stage), widths 16/32/64"),
-    "resnet54": ("mini-resnet54", "CIFAR ResNet depth 14 (2 blocks per stage), widths 16/32/64"),
-    "vgg11": ("mini-vgg11", "VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit MLP head, no dropout"),
-    "resnet18": ("mini-resnet18", "ImageNet-style ResNet, 4 stages 16/32/64/128 at 8/8/4/2 px, 1 block each, "
-                                  "3x3 stem"),
-    "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),
-}
+STANDINS = MINI_STANDINS  # paper model -> (stand-in, what it is)
 
 
 def standin(model: str) -> tuple[str, str]:

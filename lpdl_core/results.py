@@ -3,6 +3,8 @@ a killed job never leaves a half-written metrics file that a rerun would trust."
 from __future__ import annotations
 
 import csv
+import functools
+import hashlib
 import io
 import json
 import math
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
+
+from .config import PACKAGE_DIR
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
@@ -83,21 +87,33 @@ def _jsonable(o):
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+def git(*args: str) -> str | None:
+    """A git command's output in the library's own checkout (None outside one). Torch-free."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
+                              cwd=PACKAGE_DIR, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@functools.cache
+def code_sha256() -> str:
+    """sha256 over the library's Python sources (paths and contents), git or not: kept copies of
+    finished runs are restored only for the same library code."""
+    h = hashlib.sha256()
+    for p in sorted(PACKAGE_DIR.rglob("*.py")):
+        h.update(p.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def provenance() -> dict:
     """Git SHA (and dirty flag), versions and devices, stored with every run."""
     import platform
-    import subprocess
 
     import torch
 
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                                  cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    from .runstore import code_sha256
 
     status = git("status", "--porcelain", "--untracked-files=no")
     return {"git_sha": git("rev-parse", "HEAD"), "git_dirty": bool(status) if status is not None else None,

@@ -21,6 +21,7 @@ from .compress import CompressorCfg
 from .config import Fidelity
 from .engine import EngineCfg
 from .errors import ConfigError
+from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .optim import OptimCfg
 from .quant.quantizer import QuantCfg
@@ -116,27 +117,6 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Call
     from .models.registry import build_model
     return lambda: build_model(model, precision=precision, norm=norm, dataset=cell.dataset, qcfg=qcfg,
                                num_classes=classes)
-
-
-def check_writable_dir(path: str | Path, what: str = "output folder") -> Path:
-    """ConfigError unless `path` is, or can be created as, a folder this process can write in.
-    Creates nothing: the probe file goes into the nearest existing ancestor and is removed."""
-    import tempfile
-
-    path = Path(path)
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise ConfigError(f"{what} {path}: {probe} is a file, not a folder")
-    try:
-        with tempfile.NamedTemporaryFile(dir=probe, prefix=".lpdl-write-test."):
-            pass
-    except OSError as e:
-        raise ConfigError(f"{what} {path}: cannot write in {probe} ({e.strerror or e})") from None
-    return path
 
 
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,

@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -27,7 +26,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .config import Fidelity
-from .errors import CorruptFile, RunMismatch
+from .errors import ConfigError, CorruptFile, RunMismatch
+from .results import code_sha256
 
 # Cell columns that do not change what a run computes.
 NOT_IDENTITY = ("paper_acc", "notes", "seed")
@@ -144,16 +144,6 @@ def read_run_metrics(path: str | os.PathLike, want: Mapping) -> dict:
 
 # ---- kept copies ---------------------------------------------------------------------------
 
-@functools.cache
-def code_sha256() -> str:
-    """sha256 over the library's Python sources (paths and contents), git or not."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.py")):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
 def kept_key(identity: Mapping) -> str:
     blob = json.dumps(_plain(identity), sort_keys=True) + code_sha256()
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -197,3 +187,24 @@ def restore_kept(run_dir: str | os.PathLike, identity: Mapping) -> Path | None:
         if (src / name).exists():
             _link_or_copy(src / name, run_dir / name)
     return src
+
+
+def check_writable_dir(path: str | Path, what: str = "output folder") -> Path:
+    """ConfigError unless `path` is, or can be created as, a folder this process can write in.
+    Creates nothing: the probe file goes into the nearest existing ancestor and is removed."""
+    import tempfile
+
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"{what} {path}: {probe} is a file, not a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=probe, prefix=".lpdl-write-test."):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{what} {path}: cannot write in {probe} ({e.strerror or e})") from None
+    return path

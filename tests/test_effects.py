@@ -5,10 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from lpdl_core.cells import load_cells
 from lpdl_core.report.build import build_report, mini_effects
 from lpdl_core.report.claims import check_claims
-from lpdl_core.report.data import load_report_data, not_learned_cells
+from lpdl_core.report.data import not_learned_cells
 from lpdl_core.report.effects import EffectRow, block_effects
 from lpdl_core.report.effects_view import effects_html, effects_tex
 from lpdl_core.report.header import build_header
@@ -16,8 +15,7 @@ from lpdl_core.report.latex import tex_escape
 from lpdl_core.report.tables import paper_table
 from lpdl_core.runstore import run_identity
 
-PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
-CELLS = {c.cell_id: c for c in load_cells(PAPER)}
+from report_inputs import CELLS, PAPER, finish, report_data
 FID = {"official_quant": False, "choco_form": "paper", "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
 
 
@@ -81,7 +79,7 @@ def mini(tmp_path: Path) -> Path:
 
 
 def test_mini_tables_flag_flat_cells_and_shared_runs_without_delta_colours(mini):
-    data = load_report_data(mini, PAPER, tables=["table2"])
+    data = report_data(mini, ["table2"])
     t = paper_table(data, "table2")
     entries = {e.cell_id: e for r in t.rows for e in r.entries if e is not None}
     assert t.compare == "effects"
@@ -93,7 +91,8 @@ def test_mini_tables_flag_flat_cells_and_shared_runs_without_delta_colours(mini)
 
 
 def test_mini_report_shows_effects_and_flags(mini, tmp_path):
-    r = build_report(mini, tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False, log=lambda s: None)
+    r = build_report(finish(mini, ["table2"]), tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False,
+                     log=lambda s: None)
     html = r["html"].read_text()
     assert 'id="effects"' in html and "Effects: paper vs reproduction" in html
     assert "did not learn (chance 10.00)" in html and "same run as " + t2(0, "ds", "fp32") in html
@@ -105,14 +104,15 @@ def test_mini_report_shows_effects_and_flags(mini, tmp_path):
     assert r"\cellcolor[HTML]{ECEFF1}12.00$\pm$0.00 / 83.82 (n.l.)" in table and "($-$" not in table
     assert r"95.50$\pm$0.71$^{=}$ / 90.96 &" in table
     # claims skip the flat cell: the skew claim has no learned pair
-    data = load_report_data(mini, PAPER, tables=["table2"])
+    data = report_data(mini, ["table2"])
     assert all(t2(0.9, "ds", "fp32") not in c.evidence for c in check_claims(data))
 
 
 def test_paper_profile_keeps_absolute_comparison(tmp_path):
     root = tmp_path / "results" / "paper"
     run(root, t2(0, "ds", "fp32"), 1234, 90.0)
-    r = build_report(root, tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False, log=lambda s: None)
+    r = build_report(finish(root, ["table2"]), tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False,
+                     log=lambda s: None)
     html = r["html"].read_text()
     assert 'id="effects"' not in html and "&Delta; -0.56" in html   # paper 90.56
 
@@ -124,7 +124,7 @@ def test_a_claim_that_fails_within_seed_noise_says_within_noise(tmp_path):
         for seed, d in ((1, -3.0), (2, 2.0)):
             run(root, t2(skew, "ds", "fp32", 99), seed, base)
             run(root, t2(skew, "choco", "fp32", 99), seed, base + d)
-    claims = {c.number: c for c in check_claims(load_report_data(root, PAPER, tables=["table2"]))}
+    claims = {c.number: c for c in check_claims(report_data(root, ["table2"]))}
     assert claims[3].verdict == "within noise" and "over 2 seeds -0.50 ± 3.54" in claims[3].evidence
 
 
@@ -170,7 +170,7 @@ def test_chance_comes_from_the_runs_classes(tmp_path):
     part = root / "runs" / t2(0, "choco", "fp32") / "seed1" / "partition.csv"
     part.write_text("node,a,b,total\n0,5,5,10\n")              # ... but 2 classes in its partition
     run(root, t2(0, "choco", "int8"), 1, 60.0, classes=None)   # nothing recorded: cannot judge
-    data = load_report_data(root, PAPER, tables=["table2"])
+    data = report_data(root, ["table2"])
     e = {x.cell_id: x for r in paper_table(data, "table2").rows for x in r.entries if x}
     assert (e[t2(0, "ds", "fp32")].chance, e[t2(0, "ds", "fp32")].learned) == (25.0, False)
     assert (e[t2(0, "ds", "int8")].chance, e[t2(0, "ds", "int8")].learned) == (10.0, True)
@@ -180,7 +180,7 @@ def test_chance_comes_from_the_runs_classes(tmp_path):
 
 
 def test_every_block_has_an_effects_row_with_or_without_results(mini):
-    rows = mini_effects(load_report_data(mini, PAPER, tables=["table2"]))
+    rows = mini_effects(report_data(mini, ["table2"]))
     assert len(rows) == 17            # 4 blocks x (FP-LP, CHOCO-DS, skew, 0%-compressed) + 8-16 nodes
     by = {(r.effect, r.block): r.verdict for r in rows}
     assert by["FP − LP", "resnet54-dring8"] == "missing"
@@ -207,7 +207,7 @@ def test_effects_view_groups_by_table_and_colours_rows_by_verdict():
 
 
 def test_header_counts_shared_runs_and_flat_cells(mini, tmp_path):
-    h = build_header(load_report_data(mini, PAPER, tables=["table2"]))
+    h = build_header(report_data(mini, ["table2"]))
     facts = dict(h.facts)
     assert facts["shared runs"].startswith("2 cells share a run with another cell")
     assert facts["runs"] == "10 (4 recorded as the same run as another cell, computed once)"
@@ -215,7 +215,7 @@ def test_header_counts_shared_runs_and_flat_cells(mini, tmp_path):
                for w in h.warnings)
     root = tmp_path / "results" / "paper"                   # no same_run_as key anywhere
     run(root, t2(0, "ds", "fp32"), 1234, 90.0)
-    data = load_report_data(root, PAPER, tables=["table2"])
+    data = report_data(root, ["table2"])
     assert dict(build_header(data).facts)["shared runs"].startswith("none")
     assert all(e.same_run_as == "" for r in paper_table(data, "table2").rows for e in r.entries if e)
 
@@ -227,7 +227,8 @@ def test_paper_profile_flags_flat_cells_but_keeps_deltas_and_claims(tmp_path):
         run(root, t2(skew, "ds", "int8"), 1234, lp)
     run(root, t2(0.9, "ds", "fp32"), 1234, 11.0)
     run(root, t2(0.9, "ds", "int8"), 1234, 12.0)
-    r = build_report(root, tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False, log=lambda s: None)
+    r = build_report(finish(root, ["table2"]), tmp_path / "rep", paper_dir=PAPER, tables=["table2"], pdf=False,
+                     log=lambda s: None)
     html = r["html"].read_text()
     assert 'id="effects"' not in html and "did not learn (chance 10.00)" in html
     assert 'class="far ok flat"' in html and 'class="close ok"' in html    # |Δ| colours kept
@@ -244,7 +245,7 @@ def test_mini_claims_skip_flat_pairs(tmp_path):
     for skew, fp, lp in ((0, 90.0, 89.0), (0.4, 88.0, 87.5), (0.9, 11.0, 60.0)):
         run(root, t2(skew, "ds", "fp32"), 1, fp)
         run(root, t2(skew, "ds", "int8"), 1, lp)
-    claims = {c.number: c for c in check_claims(load_report_data(root, PAPER, tables=["table2"]))}
+    claims = {c.number: c for c in check_claims(report_data(root, ["table2"]))}
     assert claims[1].cells == 2 and "mean FP - LP +0.75" in claims[1].evidence   # skew-0.9 pair left out
     # skew trend over learned cells only: fp32 0 -> 0.4 drops 2 (not 79 to the flat 11), int8 0 -> 0.9 29
     assert claims[4].verdict == "holds" and claims[4].cells == 2 and "mean drop +15.50" in claims[4].evidence
@@ -257,5 +258,5 @@ def test_skew_claim_within_seed_noise(tmp_path):
         for algo in ("ds", "choco"):
             run(root, t2(0, algo, "fp32", 99), seed, 80.0)
             run(root, t2(0.9, algo, "fp32", 99), seed, 80.0 - d)
-    c4 = {c.number: c for c in check_claims(load_report_data(root, PAPER, tables=["table2"]))}[4]
+    c4 = {c.number: c for c in check_claims(report_data(root, ["table2"]))}[4]
     assert c4.verdict == "within noise" and "over 2 seeds -0.50 ± 4.95" in c4.evidence

@@ -350,22 +350,29 @@ def test_results_corrupt_metrics_is_one_line_in_train(capsys, tmp_path, finished
 
 
 @pytest.mark.parametrize("kind", ["truncated", "nan-constant", "accuracy-150"])
-def test_results_corrupt_metrics_is_one_line_in_report(capsys, tmp_path, finished_run, kind):
+def test_results_corrupt_metrics_is_one_line_in_aggregate(capsys, tmp_path, finished_run, kind):
+    """The aggregate step is the one reader of run folders (the report reads its CSVs)."""
     results = tmp_path / "results" / "mini"
     run = _copy(finished_run, results / "runs" / FAST_CELL / "seed1234")
     CORRUPTIONS[kind](run / "metrics.json")
-    code, _, err = run_cli(capsys, "report", "--results", str(results), "--out", str(tmp_path / "rep"),
-                           "--no-pdf", "--table", "table1")
-    assert code == 2 and str(run / "metrics.json") in one_error_line(err, "lpdl report: error: ")
+    code, _, err = run_cli(capsys, "aggregate", str(results), "--table", "table1")
+    assert code == 2 and str(run / "metrics.json") in one_error_line(err, "lpdl aggregate: error: ")
+    assert not (results / "runs.csv").exists()
 
 
 @pytest.mark.parametrize("where", [f"runs/{OTHER_CELL}/seed1234", f"runs/{FAST_CELL}/seed7"])
-def test_results_report_refuses_a_mislabelled_run(capsys, tmp_path, finished_run, where):
+def test_results_aggregate_refuses_a_mislabelled_run(capsys, tmp_path, finished_run, where):
     results = tmp_path / "results" / "mini"
     _copy(finished_run, results / where)  # FAST_CELL seed 1234's result under another name
-    code, _, err = run_cli(capsys, "report", "--results", str(results), "--out", str(tmp_path / "rep"),
-                           "--no-pdf", "--table", "table1")
-    assert code == 2 and f"holds the result of cell {FAST_CELL} seed 1234" in one_error_line(err, "lpdl report")
+    code, _, err = run_cli(capsys, "aggregate", str(results), "--table", "table1")
+    assert code == 2 and f"holds the result of cell {FAST_CELL} seed 1234" in one_error_line(err, "lpdl aggregate")
+
+
+def test_results_report_without_the_aggregate_step_is_one_line(capsys, tmp_path, finished_run):
+    results = tmp_path / "results" / "mini"
+    _copy(finished_run, results / "runs" / FAST_CELL / "seed1234")
+    code, _, err = run_cli(capsys, "report", "--results", str(results), "--out", str(tmp_path / "rep"), "--no-pdf")
+    assert code == 2 and "no runs.csv" in one_error_line(err, "lpdl report: error: ")
 
 
 def test_results_diverged_run_writes_standard_json(tmp_path):

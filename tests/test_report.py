@@ -1,58 +1,25 @@
 """The report's data, tables, claims and header, built from a synthetic results folder that has
 ok cells (one with three seeds), a diverged cell, a partly-diverged cell, a run still in progress
-and missing cells."""
+and missing cells, through the files the DAG gives the report (runs.csv, curves.csv, tables/*.csv,
+cost.json, partitions.csv)."""
 from __future__ import annotations
 
-import csv
 import json
-from dataclasses import replace
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from lpdl_core.cells import load_cells
 from lpdl_core.report.claims import check_claims
-from lpdl_core.report.data import load_report_data
+from lpdl_core.report.data import load_report_data, rows_of
 from lpdl_core.report.header import build_header
-from lpdl_core.report.model import ReportData, delta_class
+from lpdl_core.report.model import delta_class
 from lpdl_core.report.tables import paper_table, paper_tables
-from lpdl_core.runstore import run_identity
+from report_inputs import CELLS, PAPER, as_paper, empty_data, finish, report_data, write_run
 
-PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
-CELLS = {c.cell_id: c for c in load_cells(PAPER)}
 T2 = "t2-resnet20-dring8-c0-s0-{algo}-{prec}"
-
-
-def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs: int = 3,
-              fidelity: dict | None = None, sha: str = "abc123def4567890") -> Path:
-    """One run folder as the pipeline writes it; acc None = diverged at epoch 1."""
-    c = CELLS[cell_id]
-    d = root / "runs" / cell_id / f"seed{seed}"
-    d.mkdir(parents=True)
-    status = "ok" if acc is not None else "diverged"
-    node_acc = [acc + k - 1 for k in range(3)] if acc is not None else [None] * 3  # NaN is written as null
-    fid = fidelity or {"official_quant": False, "choco_form": "paper",
-                       "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
-    metrics = {
-        "status": status, "diverged_at": None if acc is not None else 1, "epochs_done": epochs,
-        "identity": run_identity(c, profile=root.name, seed=seed, fidelity=fid),
-        "final": {"mean_acc": acc, "avg_model_acc": (acc or 0) + 0.5,
-                  "consensus_distance": 0.01, "mean_loss": 1.0, "node_acc": node_acc},
-        "bytes_per_node": 2.5e6, "wall_time_s": 60.0, "executor": "loop", "device": "cpu",
-        "config": {"cell_id": cell_id, "cell": {"table": c.table, "norm": c.norm},
-                   "fidelity": fid,
-                   "mapping": ["dataset cifar10 -> digits stand-in (16 px)", "epochs 200 -> 3"]},
-        "provenance": {"git_sha": sha, "git_dirty": False, "python": "3.11.7", "torch": "2.14.1",
-                       "device_name": "x86_64"},
-    }
-    (d / "metrics.json").write_text(json.dumps(metrics))
-    with (d / "curve.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["epoch", "lr", "train_loss", "mean_acc", "avg_model_acc", "consensus_distance",
-                    "test_loss", "bytes_per_node"])
-        for e in range(epochs):
-            w.writerow([e, 0.1, 2.0 - e * 0.1, 10 + e, 11 + e, 0.1 / (e + 1), 2.0, 1e5 * (e + 1)])
-    return d
 
 
 @pytest.fixture
@@ -70,23 +37,53 @@ def results(tmp_path: Path) -> Path:
     return root
 
 
-def test_load_report_data_reads_runs_and_leaves_missing_missing(results):
-    data = load_report_data(results, PAPER, tables=["table2"])
+def test_report_data_is_the_dags_files_and_leaves_missing_missing(results):
+    data = report_data(results, ["table2"])
     assert data.profile == "mini" and len(data.cells) == 128
-    assert set(data.runs) == {T2.format(algo=a, prec=p) for a in ("ds", "choco") for p in ("fp32", "int8")}
-    run = data.runs[T2.format(algo="ds", prec="fp32")][0]
-    assert run.seed == 1 and len(run.curve) == 3 and run.curve[2]["mean_acc"] == 12
-    status = {r["cell_id"]: r["status"] for r in data.rows["table2"]}
+    assert set(data.runs["cell_id"]) == {T2.format(algo=a, prec=p) for a in ("ds", "choco") for p in ("fp32", "int8")}
+    curve = data.curves[(data.curves["cell_id"] == T2.format(algo="ds", prec="fp32")) & (data.curves["seed"] == 1)]
+    assert len(curve) == 3 and curve["mean_acc"].tolist() == [10, 11, 12]
+    status = {r["cell_id"]: r["status"] for r in rows_of(data, "table2")}
     assert status["t2-resnet20-dring8-c0-s0.4-ds-fp32"] == "missing"  # checkpoint only
     assert status[T2.format(algo="choco", prec="fp32")] == "diverged"
     assert status[T2.format(algo="choco", prec="int8")] == "partly-diverged"
     assert list(status.values()).count("missing") == 124
-    only2 = load_report_data(results, PAPER, tables=["table2"], seeds=[2])
-    assert set(only2.runs) == {T2.format(algo="ds", prec="int8"), T2.format(algo="choco", prec="int8")}
+    assert data.cost["compute_ratio"] == pytest.approx(2.0) and len(data.partitions) == 680
+
+
+def test_the_report_reads_only_its_declared_inputs(results, tmp_path):
+    """The report is a pure function of runs.csv, curves.csv, tables/*.csv, cost.json,
+    partitions.csv and the paper cells: removing everything else (the run folders) changes
+    nothing in what it writes, and building it imports no torch."""
+    finish(results, ["table2", "fig1"])
+    code = ("import sys\nfrom lpdl_core.report.build import build_report\n"
+            f"build_report({str(results)!r}, sys.argv[1], paper_dir={str(PAPER)!r}, tables=['table2', 'fig1'], "
+            "pdf=False, log=lambda s: None)\nprint('torch' in sys.modules)")
+    first = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
+    assert first.stdout.strip() == "False"
+    shutil.rmtree(results / "runs")                 # undeclared: the train rule's outputs, read by aggregate only
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "b")], capture_output=True, text=True, check=True)
+    strip = lambda t: "\n".join(l for l in t.splitlines() if "report generated" not in l)  # noqa: E731
+    a, b = ((tmp_path / d / "report.html").read_text() for d in "ab")
+    assert strip(a) == strip(b)
+    assert (tmp_path / "a" / "claims.json").read_text() == (tmp_path / "b" / "claims.json").read_text()
+
+
+def test_a_missing_input_is_one_line_naming_it(results):
+    from lpdl_core.errors import CorruptFile
+
+    finish(results, ["table2"])
+    (results / "curves.csv").unlink()
+    with pytest.raises(CorruptFile, match="curves.csv: missing"):
+        load_report_data(results, PAPER, tables=["table2"])
+    (results / "cost.json").unlink()
+    finish(results, ["table2"], cost=False)
+    data = load_report_data(results, PAPER, tables=["table2"])
+    assert data.cost is None and any("Figure 3 not drawn" in n and "cost.json" in n for n in data.notes)
 
 
 def test_table2_has_the_papers_shape_and_values(results):
-    t = paper_table(load_report_data(results, PAPER, tables=["table2"]), "table2")
+    t = paper_table(report_data(results, ["table2"]), "table2")
     assert t.columns == ("DS (32-bit)", "LP-DS (8-bit)", "CHOCO (32-bit)", "LP-CHOCO (8-bit)")
     assert t.row_axes == ("Model / Graph", "Nodes (n)", "Compression (%)", "Skew")
     assert len(t.rows) == 32 and all(len(r.entries) == 4 for r in t.rows)
@@ -94,7 +91,7 @@ def test_table2_has_the_papers_shape_and_values(results):
     assert first.labels == ("ResNet-20 / Directed Ring", "8", "0", "0")
     ds_fp, ds_lp, ch_fp, ch_lp = first.entries
     assert ds_fp.status == "ok" and ds_fp.reproduced == 90.0 and ds_fp.paper == 90.56
-    assert ds_fp.delta == pytest.approx(90.0 - 90.56) and ds_fp.std is None
+    assert ds_fp.delta == pytest.approx(90.0 - 90.56) and ds_fp.std is None and t.title == "Table 2"
     assert ds_lp.seeds == 3 and ds_lp.reproduced == pytest.approx(82.0) and ds_lp.std == pytest.approx(2.0)
     assert ch_fp.status == "diverged" and ch_fp.reproduced is None and ch_fp.delta is None
     assert ch_fp.diverged_at == "[1]" and ch_fp.paper == 90.96
@@ -105,7 +102,7 @@ def test_table2_has_the_papers_shape_and_values(results):
 
 
 def test_every_table_shape():
-    data = load_report_data(Path("/nonexistent/mini"), PAPER)
+    data = empty_data()
     tables = {t.name: t for t in paper_tables(data)}
     assert list(tables) == ["table1", "table2", "table3", "table4", "table5", "fig1"]
     shape = {k: (len(t.rows), len(t.columns)) for k, t in tables.items()}
@@ -120,21 +117,13 @@ def test_every_table_shape():
     assert all(e.status == "missing" for t in tables.values() for r in t.rows for e in r.entries if e)
 
 
-def _as_paper(data: ReportData, offset=lambda r: 0.0) -> ReportData:
-    """Every cell 'reproduced' exactly at the paper's value (+ offset)."""
-    rows = {t: [{**r, "status": "ok" if r["paper"] is not None else "missing",
-                 "reproduced": None if r["paper"] is None else r["paper"] + offset(r)}
-                for r in rs] for t, rs in data.rows.items()}
-    return replace(data, rows=rows)
-
-
 COST = {"compute_ratio": 4.0, "memory_ratio": 3.6, "model": "ResNet-20", "assumption": "test"}
 
 
 def test_claims_on_the_papers_own_numbers():
     """The paper's numbers as the reproduction: its claims must be judged as the paper states
     them (hand-checked from Tables 2-5)."""
-    data = _as_paper(load_report_data(Path("/nonexistent/mini"), PAPER))
+    data = as_paper(empty_data())
     claims = {c.number: c for c in check_claims(data, COST)}
     assert [c.number for c in claims.values()] == [1, 2, 3, 4, 5, 6]
     # FP/LP pairs per compression level: Table 2 32, Table 3 4, Table 4 4, Table 5 12 = 52
@@ -149,19 +138,19 @@ def test_claims_on_the_papers_own_numbers():
 
 
 def test_claims_that_do_not_hold_and_not_enough_cells():
-    base = load_report_data(Path("/nonexistent/mini"), PAPER)
-    worse_lp = _as_paper(base, lambda r: -5.0 if r["precision"] == "int8" else 0.0)
+    base = empty_data()
+    worse_lp = as_paper(base, lambda r: -5.0 if r["precision"] == "int8" else 0.0)
     claims = {c.number: c for c in check_claims(worse_lp, {**COST, "memory_ratio": 1.5})}
     assert claims[1].verdict == claims[2].verdict == claims[5].verdict == "does not hold"
     assert claims[6].verdict == "does not hold"
-    rising = _as_paper(base, lambda r: 20 * r["skew"])
+    rising = as_paper(base, lambda r: 20 * r["skew"])
     assert {c.number: c for c in check_claims(rising)}[4].verdict == "does not hold"
     empty = {c.number: c.verdict for c in check_claims(base)}
     assert set(empty.values()) == {"not enough cells"}
 
 
 def test_claims_skip_diverged_and_missing(results):
-    data = load_report_data(results, PAPER, tables=["table2"])
+    data = report_data(results, ["table2"])
     claims = {c.number: c for c in check_claims(data, COST)}
     # only DS has both precisions ok at c0 s0 (CHOCO fp32 diverged, CHOCO int8 partly): 1 pair
     assert claims[1].verdict == "not enough cells" and claims[1].cells == 1
@@ -171,7 +160,7 @@ def test_header_states_profile_provenance_and_problems(results):
     write_run(results, "t2-resnet20-dring8-c99-s0-ds-fp32", 1, 70.0, sha="fff000", fidelity={
         "official_quant": True, "choco_form": "paper", "choco_replicas": "per-neighbour",
         "bytes_metric": "exact"})
-    h = build_header(load_report_data(results, PAPER, tables=["table2"]), generated_by={"git_sha": "0123456789abcdef"})
+    h = build_header(report_data(results, ["table2"]), generated_by={"git_sha": "0123456789abcdef"})
     facts = dict(h.facts)
     assert h.profile == "mini" and "NOT a reproduction" in h.profile_note
     assert facts["seeds"] == "1, 2, 3" and facts["runs"] == "8"
@@ -192,6 +181,7 @@ def test_delta_class_bands():
 
 def _build(results: Path, out: Path, pdf: bool) -> dict:
     from lpdl_core.report.build import build_report
+    finish(results, ["table2", "fig1"])
     lines: list[str] = []
     r = build_report(results, out, paper_dir=PAPER, tables=["table2", "fig1"], pdf=pdf, log=lines.append)
     r["log"] = lines

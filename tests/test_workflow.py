@@ -42,7 +42,8 @@ def test_dry_run_has_every_paper_cell():
     jobs = plan_jobs(cells, "mini")  # a block's cells of one precision per job
     assert set(train) == {j.rule for j in jobs} and all(v == 1 for v in train.values())
     assert sum(len(j.cells) for j in jobs) == len(cells)
-    assert counts["aggregate"] == 6 and counts["report"] == 1 and counts["all"] == 1
+    assert counts["aggregate"] == 1 and counts["report"] == 1 and counts["all"] == 1   # one aggregate job: all tables
+    assert counts["cost"] == 1 and counts["partitions"] == 1
 
 
 @pytest.mark.parametrize("profile", ["mini", "paper"])

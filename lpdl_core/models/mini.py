@@ -11,7 +11,7 @@ sized for the 8x8 digits stand-in so the whole grid trains on a laptop.
 
 Each stand-in is built by its paper model's own class (same blocks, norms, 8-bit layers and
 initialisation), only with fewer or narrower stages: precision, norm kind and the quantizer
-settings pass through unchanged. Names and descriptions: lpdl_core.mini.STANDINS (torch-free). VGG's dropout is off in the stand-in (with a few hundred steps
+settings pass through unchanged. Names and descriptions: lpdl_core.config.MINI_STANDINS (torch-free). VGG's dropout is off in the stand-in (with a few hundred steps
 it only slows learning); that is recorded in every run's mapping.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Callable
 
 from torch import nn
 
-from ..mini import standin
+from ..config import MINI_STANDINS
 from ..quant.quantizer import QuantCfg
 from .mobilenetv2 import MobileNetV2
 from .resnet_cifar import ResNetCifar, resolve_precision
@@ -58,7 +58,8 @@ BUILDERS: dict[str, Callable] = {"resnet20": _resnet20, "resnet54": _resnet54, "
 def build_standin(model: str, *, precision: str = "fp32", norm: str | None = None, num_classes: int = 10,
                   qcfg: QuantCfg | None = None) -> nn.Module:
     """The mini stand-in of a paper model at the given precision and norm kind (as build_model)."""
-    standin(model)  # ValueError naming the models that have one
+    if model not in MINI_STANDINS:
+        raise ValueError(f"no mini stand-in for model {model!r}; models with one: {', '.join(MINI_STANDINS)}")
     norm, qcfg = resolve_precision(precision, norm, qcfg)
     return BUILDERS[model](num_classes, norm, qcfg)
 

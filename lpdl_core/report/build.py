@@ -1,10 +1,12 @@
-"""Build the whole report from one results folder:
+"""Build the whole report from what the DAG gives it (report.data), a pure function of those files:
 
     report/report.html        self-contained (figures embedded)
     report/report.tex         + tables/*.tex + figures/*.pdf|png
-    report/report.pdf         when latexmk + pdflatex exist (otherwise the reason is printed and
-                              stated in the HTML header)
+    report/report.pdf         when latexmk + pdflatex exist (otherwise the reason is stated once,
+                              in the header's PDF line, and logged)
     report/claims.json        the claims check, machine-readable
+
+No torch is imported and no model is built here: Figure 3's numbers come from cost.json.
 """
 from __future__ import annotations
 
@@ -15,48 +17,59 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
-from ..results import provenance, write_atomic, write_json
+from ..results import git, write_atomic, write_json
+from ..shapes import block_title
 from .claims import check_claims
-from .data import load_report_data
+from .data import cell_classes, load_report_data, per_seed_acc
 from .header import build_header
 from .model import Figure, ReportData
 
 
-def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure], dict | None, list[str]]:
-    """The figures, Figure 3's cost data, and the figures that failed (with why)."""
-    from .cost import training_cost
+def _figures(data: ReportData, log: Callable[[str], None]) -> tuple[list[Figure], list[str]]:
+    """The figures and the ones that failed (with why)."""
     from .figures import all_figures
+
     t0 = time.perf_counter()
     errors: list[str] = []
-    try:
-        cost = training_cost()
-    except Exception as e:  # noqa: BLE001  (claim 6 then has no data; the report says why)
-        cost = None
-        errors.append(f"Figure 3 cost model: {type(e).__name__}: {e}")
-    figs = all_figures(data, cost, errors=errors)
+    figs = all_figures(data, errors=errors)
     log(f"figures: {len(figs)} in {time.perf_counter() - t0:.1f}s")
     for err in errors:
         log(f"figure failed: {err}")
-    return figs, cost, errors
+    return figs, errors
 
 
 def mini_effects(data: ReportData) -> list:
-    """The effects view's rows (report.effects) for every block of the cells in `data`: blocks
-    without results are kept (verdict 'missing'), so the view shows what is still to run."""
-    from .data import cell_classes, per_seed_acc
+    """The effects view's rows (report.effects) for every block of the cells in `data`, each with
+    its block's display title: blocks without results are kept (verdict 'missing')."""
     from .effects import block_effects
 
     acc = per_seed_acc(data)
     seeds = sorted({s for _, s in acc})
-    classes = {cid: k for cid in data.runs if (k := cell_classes(data, cid))}
-    return block_effects(data.cells, acc, seeds, classes)
+    first = {}
+    for c in data.cells:
+        first.setdefault((c.table, c.block), c)
+    rows = block_effects(data.cells, acc, seeds, cell_classes(data))
+
+    def title(r) -> str:
+        parts = r.block.split(" vs ")
+        return " vs ".join(block_title(first[r.table, b]) if (r.table, b) in first else b for b in parts)
+
+    return [replace(r, title=title(r)) for r in rows]
+
+
+def pdf_status(ok: bool, why: str) -> str:
+    """The header's PDF line: 'report.pdf', or 'not built: <the reason's last line>' (once)."""
+    if ok:
+        return "report.pdf"
+    reason = (why.strip().splitlines() or [why])[-1]
+    return "not built: " + reason.removesuffix(": report.pdf not built")
 
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
-                 paper_dir: str | Path = "workflow/paper", tables=None, seeds=None,
-                 fidelity=None, pdf: bool = True, log: Callable[[str], None] | None = None) -> dict:
-    """Write the report for results_dir (results/{profile}); returns what was written and the
-    claims. Missing cells stay missing; nothing is computed here beyond Figure 3's cost model."""
+                 paper_dir: str | Path = "workflow/paper", tables=None, pdf: bool = True,
+                 log: Callable[[str], None] | None = None) -> dict:
+    """Write the report for results_dir (results/{profile}, holding runs.csv, curves.csv,
+    tables/*.csv, cost.json, partitions.csv); returns what was written and the claims."""
     from .html import render_html
     from .latex import build_pdf, write_latex
     from .tables import paper_tables
@@ -64,30 +77,24 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = load_report_data(results_dir, paper_dir, tables=tables, seeds=seeds, fidelity=fidelity)
-    done = sum(len(v) for v in data.runs.values())
-    log(f"report: profile {data.profile}, {len(data.runs)} of {len(data.cells)} cells with results "
-        f"({done} runs)")
-    figs, cost, fig_errors = _figures(data, log)
-    claims = check_claims(data, cost)
-    header = build_header(data, generated_by=provenance())
+    data = load_report_data(results_dir, paper_dir, tables=tables)
+    log(f"report: profile {data.profile}, {int((data.summary['status'] != 'missing').sum())} of "
+        f"{len(data.cells)} cells with results ({len(data.runs)} runs)")
+    figs, fig_errors = _figures(data, log)
+    claims = check_claims(data)
+    header = build_header(data, generated_by={"git_sha": git("rev-parse", "HEAD")})
     if fig_errors:
-        header = replace(header, warnings=header.warnings + tuple(
-            f"Figure not drawn: {e}" for e in fig_errors))
+        header = replace(header, warnings=header.warnings + tuple(f"Figure not drawn: {e}" for e in fig_errors))
     ptables = paper_tables(data)
     effects = mini_effects(data) if data.profile == "mini" else None
     written = write_latex(out, header, ptables, claims, figs, effects)
-    if pdf:
-        ok, why = build_pdf(out)
-    else:
-        ok, why = False, "PDF disabled (pdf=False)"
-    pdf_fact = ("PDF", "report.pdf" if ok else f"not built: {why.strip().splitlines()[-1] if why.strip() else why}")
-    header = replace(header, facts=header.facts + (pdf_fact,))
+    ok, why = build_pdf(out) if pdf else (False, "PDF disabled (pdf=False)")
+    header = replace(header, facts=header.facts + (("PDF", pdf_status(ok, why)),))
     html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects))
     claims_path = write_json(out / "claims.json", [asdict(c) for c in claims])
     for c in claims:
         log(f"claim {c.number}: {c.verdict}: {c.evidence}")
-    log(f"report: {html_path}" + (f", {out / 'report.pdf'}" if ok else f" (no PDF: {pdf_fact[1]})"))
+    log(f"report: {html_path}" + (f", {out / 'report.pdf'}" if ok else f" (PDF {pdf_status(ok, why)})"))
     return {"html": html_path, "pdf": out / "report.pdf" if ok else None, "pdf_message": why,
             "claims": claims, "claims_json": claims_path, "latex": written, "figures": [f.name for f in figs],
             "tables": [t.name for t in ptables]}

@@ -18,7 +18,7 @@ LEARNED_MARGIN points of chance is left out. The paper profile judges every fini
    largest skew is below that at the smallest, and the mean drop is positive.
 5. At skew 0.9 without compression LP-CHOCO >= CHOCO for ResNet-20 (Section 4.1): every such pair.
 6. LP cuts compute and memory about 4x (Section 5, Figure 3): both ratios of the analytic cost
-   model (report/cost.py, 8-bit weights/activations/layer gradients, float32 weight gradients as
+   model (lpdl_core.cost, 8-bit weights/activations/layer gradients, float32 weight gradients as
    the paper's bifurcation keeps them) are >= 3. The all-8-bit ratios are given as evidence.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from typing import Callable, Iterable
 
-from .data import not_learned_cells, per_seed_acc
+from .data import not_learned_cells, per_seed_acc, rows_of
 from .model import Claim, ReportData
 
 MIN_PAIRS = 2
@@ -37,7 +37,7 @@ _AXES = ("table", "block", "dataset", "model", "nodes", "topology", "compression
 
 def _ok_rows(data: ReportData, tables: Iterable[str]) -> list[dict]:
     flat = set(not_learned_cells(data)) if data.profile == "mini" else set()
-    return [r for t in tables for r in data.rows.get(t, []) if r["status"] == "ok"
+    return [r for t in tables for r in rows_of(data, t) if r["status"] == "ok"
             and r["reproduced"] is not None and r["cell_id"] not in flat]
 
 
@@ -144,7 +144,9 @@ def _cost_claim(cost: dict | None) -> Claim:
 
 
 def check_claims(data: ReportData, cost: dict | None = None) -> list[Claim]:
-    """The six claims, in order. cost: {'compute_ratio', 'memory_ratio', ...} (claim 6)."""
+    """The six claims, in order. cost: {'compute_ratio', 'memory_ratio', ...} (claim 6; default
+    the report's cost.json)."""
+    cost = cost if cost is not None else data.cost
     gap = lambda fp, lp: fp["reproduced"] - lp["reproduced"]
     return [
         _claim(1, "8-bit training without communication compression is within 1% of full "

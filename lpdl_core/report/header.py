@@ -1,13 +1,16 @@
 """The report's header: what was run, on what, from which code, with which fidelity options.
 
-Everything is read from the runs' own metrics.json (provenance, config, wall time), so the header
-describes the results it sits above, not the machine that renders it.
+Everything is read from runs.csv (each run's provenance, fidelity options and wall time, as its
+metrics.json recorded them), so the header describes the results it sits above, not the machine
+that renders it.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict
 from datetime import datetime, timezone
+
+import pandas as pd
 
 from .. import mini
 from ..config import Fidelity
@@ -44,59 +47,67 @@ def _hms(seconds: float) -> str:
 
 
 def _counted(values) -> str:
-    c = Counter(v for v in values if v not in (None, ""))
+    c = Counter(str(v) for v in values if not _blank(v))
     return ", ".join(f"{k} ({n})" if len(c) > 1 else str(k) for k, n in c.most_common()) or "unknown"
 
 
-def fidelity_lines(metrics: list[dict]) -> list[tuple[str, str]]:
+def _blank(v) -> bool:
+    return v is None or v == "" or (isinstance(v, float) and v != v)
+
+
+def fidelity_lines(runs: pd.DataFrame) -> list[tuple[str, str]]:
     """(option, 'value: meaning [n runs]') for each fidelity option, over all runs."""
     out = []
     for key, default in FIDELITY_DEFAULTS.items():
-        c = Counter(m.get("config", {}).get("fidelity", {}).get(key, default) for m in metrics)
-        parts = [f"{v}: {FIDELITY_MEANING[key].get(v, '')}" + (f" [{n} runs]" if len(c) > 1 else "")
+        col = f"fidelity_{key}"
+        values = runs[col].tolist() if col in runs else []
+        c = Counter(_typed(v, default) for v in values)
+        parts = [f"{_show(v)}: {FIDELITY_MEANING[key].get(v, '')}" + (f" [{n} runs]" if len(c) > 1 else "")
                  for v, n in c.most_common()]
-        out.append((f"fidelity: {key}", "; ".join(parts) if parts else f"{default} (no runs)"))
+        out.append((f"fidelity: {key}", "; ".join(parts) if parts else f"{_show(default)} (no runs)"))
     return out
 
 
-def shared_cells(data: ReportData) -> list[str]:
-    """Cells whose run was computed once for another cell (metrics config.same_run_as; runs
-    without the key are their own)."""
-    return [cid for cid, runs in data.runs.items()
-            if any(r.metrics.get("config", {}).get("same_run_as") for r in runs)]
+def _typed(v, default):
+    """A fidelity value read back from CSV, as the type of its default (True/False for booleans)."""
+    if isinstance(default, bool) and isinstance(v, str):
+        return v.strip().lower() == "true"
+    return default if pd.isna(v) else v
+
+
+def _show(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def build_header(data: ReportData, *, generated_by: dict | None = None) -> Header:
-    """generated_by: provenance of the process rendering the report (git SHA, versions)."""
-    metrics = [r.metrics for runs in data.runs.values() for r in runs]
-    computed = [m for m in metrics if not m.get("config", {}).get("same_run_as")]
-    shared = shared_cells(data)
-    prov = [m.get("provenance", {}) for m in metrics]
+    """generated_by: provenance of the process rendering the report (git SHA)."""
+    runs, summary = data.runs, data.summary
+    computed = runs[runs["same_run_as"] == ""]
+    shared = sorted(set(runs.loc[runs["same_run_as"] != "", "cell_id"]))
     total = len(data.cells)
-    done = sum(1 for c in data.cells if c.cell_id in data.runs)
-    statuses = Counter(r["status"] for rows in data.rows.values() for r in rows)
-    seeds = sorted({r.seed for runs in data.runs.values() for r in runs})
-    shas = Counter(p.get("git_sha") for p in prov if p.get("git_sha"))
+    done = int((summary["status"] != "missing").sum()) if len(summary) else 0
+    statuses = Counter(summary["status"]) if len(summary) else Counter()
+    seeds = sorted({int(s) for s in runs["seed"]})
+    shas = Counter(str(s) for s in runs["git_sha"].dropna())
     facts = [
         ("profile", data.profile),
         ("cells with results", f"{done} of {total} ({statuses.get('ok', 0)} ok, "
                                f"{statuses.get('diverged', 0) + statuses.get('partly-diverged', 0)} "
                                f"diverged, {statuses.get('missing', 0)} missing)"),
         ("seeds", ", ".join(map(str, seeds)) or "none"),
-        ("runs", f"{len(metrics)}" + (f" ({len(metrics) - len(computed)} recorded as the same run as "
-                                      f"another cell, computed once)" if len(computed) < len(metrics) else "")),
+        ("runs", f"{len(runs)}" + (f" ({len(runs) - len(computed)} recorded as the same run as "
+                                   f"another cell, computed once)" if len(computed) < len(runs) else "")),
         ("shared runs", f"{len(shared)} cells share a run with another cell (computed once, marked "
                         f"'same run as' in the tables)" if shared else "none: every cell is its own run"),
         ("git SHA of the runs", _counted(s[:12] for s in shas.elements())),
-        ("python / torch", _counted(f"{p.get('python')} / {p.get('torch')}" for p in prov)),
-        ("devices", _counted(f"{m.get('device', '?')} ({m.get('provenance', {}).get('device_name', '?')})"
-                             for m in metrics)),
-        ("executor", _counted(m.get("executor") for m in metrics)),
-        ("total compute time (sum of run wall times)",
-         _hms(sum(m.get("wall_time_s") or 0.0 for m in computed))),
-        *fidelity_lines(metrics),
+        ("python / torch", _counted(f"{p} / {t}" for p, t in zip(runs["python"], runs["torch"]))),
+        ("devices", _counted(f"{d} ({n})" for d, n in zip(runs["device"], runs["device_name"]))),
+        ("executor", _counted(runs["executor"])),
+        ("total compute time (sum of run wall times)", _hms(float(computed["wall_time_s"].fillna(0).sum()))),
+        *fidelity_lines(runs),
         ("report generated", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-         + (f" from git {str(generated_by.get('git_sha'))[:12]}" if generated_by else "")),
+         + (f" from git {str(generated_by.get('git_sha'))[:12]}" if generated_by and generated_by.get("git_sha")
+            else "")),
     ]
     warnings = []
     if statuses.get("missing"):
@@ -114,8 +125,9 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
                         f"(marked in the tables; {left_out}).")
     if len(shas) > 1:
         warnings.append(f"Runs come from {len(shas)} different git commits.")
-    if any(p.get("git_dirty") for p in prov):
+    if runs["git_dirty"].astype(str).str.lower().eq("true").any():
         warnings.append("Some runs were made from a working tree with uncommitted changes.")
+    warnings += data.notes
     return Header(title=f"lpdl report: Low Precision Decentralized Training with Heterogeneous "
                         f"Data ({data.profile} profile)",
                   profile=data.profile, profile_note=PROFILE_NOTES.get(data.profile, ""),

@@ -1,11 +1,14 @@
 """What a report is made of, independent of how it is rendered (HTML, LaTeX).
 
-`ReportData` is everything read from one results folder; `PaperTable`, `Claim`, `Figure` and
-`Header` are what the renderers draw. Values are accuracies in percent; None means missing.
+`ReportData` is everything the DAG gives the report (tidy pandas frames and two small files);
+`PaperTable`, `Claim`, `Figure` and `Header` are what the renderers draw. Values are accuracies in
+percent; None means missing.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import pandas as pd
 
 from ..cells import Cell
 from ..config import LEARNED_MARGIN  # noqa: F401  (re-exported for the report modules)
@@ -14,28 +17,18 @@ STATUSES = ("ok", "partly-diverged", "diverged", "missing")
 VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Run:
-    """One finished (or diverged) training run: results/{profile}/runs/{cell}/seed{seed}/."""
-
-    cell_id: str
-    seed: int
-    metrics: dict                  # metrics.json
-    curve: tuple[dict, ...] = ()   # curve.csv rows: epoch, lr, train_loss, mean_acc, avg_model_acc,
-                                   # consensus_distance, test_loss, bytes_per_node (floats)
-    partition: tuple[dict, ...] = ()  # partition.csv rows: node, <class name>..., total (ints)
-
-    @property
-    def status(self) -> str:
-        return self.metrics.get("status", "ok")
-
-
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ReportData:
+    """Everything the report reads, as the DAG gives it (report.data.load_report_data)."""
+
     profile: str                   # mini | paper
     cells: tuple[Cell, ...]        # every cell of the requested tables, in paper order
-    runs: dict[str, tuple[Run, ...]]  # cell_id -> its runs (one per seed found); absent = missing
-    rows: dict[str, list[dict]]    # table -> aggregate rows (lpdl_core.aggregate.aggregate_table)
+    runs: pd.DataFrame             # runs.csv: one row per (cell, seed) with a finished run
+    curves: pd.DataFrame           # curves.csv: one row per (cell, seed, epoch)
+    summary: pd.DataFrame          # tables/*.csv: one row per paper cell (missing ones included)
+    cost: dict | None = None       # cost.json (Figure 3); None: not given
+    partitions: pd.DataFrame | None = None  # partitions.csv (Figures 2, 5-7); None: not given
+    notes: tuple[str, ...] = ()    # what could not be drawn and why (shown as header warnings)
 
 
 @dataclass(frozen=True, kw_only=True)

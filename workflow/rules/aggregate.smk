@@ -1,14 +1,43 @@
 rule aggregate:
-    """All runs of one paper table -> results/{profile}/tables/{table}.csv (reproduced, paper,
-    delta, seeds mean/std; missing and diverged cells marked, never filled). Every run is read
-    from its own folder and its identity checked."""
+    """Every run, read once from its own folder (identity checked) -> the tidy frames: runs.csv
+    (one row per cell and seed), curves.csv (one row per cell, seed and epoch), and per paper
+    table tables/{table}.csv (one row per cell: groupby over seeds, missing and diverged cells
+    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.aggregate."""
     input:
-        lambda wc: metrics_of(wc.table),
+        run_files,
     output:
-        "results/{profile}/tables/{table}.csv",
+        runs="results/{profile}/runs.csv",
+        curves="results/{profile}/curves.csv",
+        tables=TABLE_FILES,
     log:
-        "results/{profile}/logs/aggregate/{table}.log",
+        "results/{profile}/logs/aggregate.log",
     conda:
         "../../envs/lpdl.yaml"
     script:
         "../scripts/aggregate.py"
+
+
+rule cost:
+    """Figure 3's numbers: the analytic compute and memory cost model of ResNet-20, counted on the
+    real model (and peak CUDA memory measured where a GPU is used). lpdl_core.cost."""
+    output:
+        "results/{profile}/cost.json",
+    log:
+        "results/{profile}/logs/cost.log",
+    conda:
+        "../../envs/lpdl.yaml"
+    shell:
+        "python -m lpdl_core cost --device {DEVICE_Q} --out {output:q} > {log:q} 2>&1"
+
+
+rule partitions:
+    """Figures 2, 5-7's numbers: per-node class counts of the official skew partition of each
+    paper dataset's training set. lpdl_core.paper_partitions."""
+    output:
+        "results/{profile}/partitions.csv",
+    log:
+        "results/{profile}/logs/partitions.log",
+    conda:
+        "../../envs/lpdl.yaml"
+    shell:
+        "python -m lpdl_core partition-figures --out {output:q} > {log:q} 2>&1"

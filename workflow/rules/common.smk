@@ -31,7 +31,7 @@ config.update(_cfg)
 from lpdl_core.cells import load_cells  # noqa: E402
 from lpdl_core.config import PROFILES, TABLES, Fidelity  # noqa: E402
 from lpdl_core.jobs import plan_jobs  # noqa: E402
-from lpdl_core.runstore import run_identity  # noqa: E402
+from lpdl_core.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
 
 PROFILE = config["profile"]
 REPORT_DIR = config["report_dir"].rstrip("/")
@@ -60,9 +60,14 @@ wildcard_constraints:
     table="|".join(TABLES),
 
 
-def metrics_of(table):
-    ids = [c.cell_id for c in CELLS if c.table == table]
-    return expand(RUN_DIR + "/metrics.json", profile=PROFILE, cell=ids, seed=config["seeds"])
+def run_files(wildcards):
+    """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed."""
+    return expand(RUN_DIR + "/{name}", profile=wildcards.profile, cell=[c.cell_id for c in CELLS],
+                  seed=config["seeds"], name=("metrics.json", "curve.csv"))
+
+
+TABLE_FILES = [f"results/{{profile}}/tables/{t}{kind}.csv" for t in config["tables"] for kind in ("", "-paper")]
+PAPER_CSVS = [f"{config['paper_dir']}/{t}.csv" for t in config["tables"]]
 
 
 def job_identity(job, wildcards):

@@ -1,6 +1,6 @@
 # Training jobs: one rule per job of lpdl_core.jobs.plan_jobs (a block's cells of one precision
-# in the mini profile, one cell in the paper profile). Every cell keeps its own output
-# (RUN_DIR/metrics.json), run folder, checkpoint and resume.
+# in the mini profile, one cell in the paper profile). Every cell keeps its own outputs
+# (RUN_DIR/metrics.json, curve.csv, partition.csv), run folder, checkpoint and resume.
 #
 # A job reruns only when what defines one of its runs changes (params.identity: each cell's
 # columns, seed, profile, fidelity); device, executor, threads and paths are not part of it.
@@ -14,7 +14,8 @@ for _job in JOBS:
         name:
             _job.rule
         output:
-            [RUN_DIR.replace("{cell}", c) + "/metrics.json" for c in _job.cells],
+            # every artifact of every cell: the aggregate step reads metrics.json and curve.csv
+            [RUN_DIR.replace("{cell}", c) + "/" + a for c in _job.cells for a in RUN_ARTIFACTS],
         log:
             f"results/{{profile}}/logs/train/{_job.name}/seed{{seed}}.log",
         benchmark:

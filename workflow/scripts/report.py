@@ -1,4 +1,5 @@
-"""Snakemake script: results/{profile} -> the report (HTML, LaTeX, PDF when an engine exists).
+"""Snakemake script: the declared inputs (runs.csv, curves.csv, tables, cost.json, partitions.csv)
+-> the report (HTML, LaTeX, PDF when an engine exists). Imports no torch.
 An expected failure (corrupt or mislabelled metrics.json) is one line in the log and on stderr."""
 import sys
 from pathlib import Path
@@ -13,8 +14,8 @@ with open(sm.log[0], "w") as log:
 
     cfg = sm.config
     try:
-        build_report(Path(sm.input[0]).parents[1], Path(sm.output.html).parent, paper_dir=cfg["paper_dir"],
-                     tables=cfg["tables"], seeds=cfg["seeds"], fidelity=cfg["fidelity"], log=say)
+        build_report(Path(sm.input.runs).parent, Path(sm.output.html).parent, paper_dir=cfg["paper_dir"],
+                     tables=cfg["tables"], log=say)
     except LpdlError as e:
         line = f"lpdl report: error: {e}"
         say(line)

@@ -1,4 +1,6 @@
 """Figure 3's data: memory and compute per node per training iteration, FP vs LP (paper Sec. 5).
+The `cost` rule writes it to results/{profile}/cost.json (`lpdl cost --out ...`); the report
+only reads that file.
 
 Counts come from the real model (``build_model(..., precision="fp32")``; the LP model has the same
 layer shapes) by forward hooks during one forward pass of a random batch:
@@ -25,7 +27,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..models.registry import build_model, input_size
+from .models.registry import build_model, input_size
 
 FP_BITS = dict(weights=32, activations=32, layer_grads=32, weight_grads=32)
 # LP as implemented (paper Sec. 3 + official code): 8-bit weights, activations and layer
@@ -145,3 +147,17 @@ def measured_peak_memory_mb(model: str = "resnet20", precision: str = "fp32", ba
     net(x).sum().backward()
     torch.cuda.synchronize(dev)
     return torch.cuda.max_memory_allocated(dev) / 1e6
+
+
+def figure3_cost(model: str = "resnet20", dataset: str = "cifar10", batch: int = 32, *,
+                 device: str = "auto") -> dict:
+    """What cost.json holds: training_cost(...) plus `measured_peak_mb`, the peak CUDA memory of
+    one forward + backward per precision ({"fp32": MB, "int8": MB, "device": name}) where a GPU
+    is used, else None."""
+    out = training_cost(model, dataset, batch)
+    use = device if device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    fp = measured_peak_memory_mb(model, "fp32", batch, device=use, dataset=dataset)
+    out["measured_peak_mb"] = None if fp is None else {
+        "fp32": fp, "int8": measured_peak_memory_mb(model, "int8", batch, device=use, dataset=dataset),
+        "device": torch.cuda.get_device_name(torch.device(use))}
+    return out
