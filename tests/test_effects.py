@@ -1,6 +1,7 @@
 """The mini profile's report compares effects, not absolute numbers: pairs differ in one axis,
 cells near chance are flagged and left out, seed noise is called noise, shared runs say so."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -97,11 +98,11 @@ def test_mini_report_shows_effects_and_flags(mini, tmp_path):
     assert 'id="effects"' in html and "Effects: paper vs reproduction" in html
     assert "did not learn (chance 10.00)" in html and "same run as " + t2(0, "ds", "fp32") in html
     assert "1 of 128 cells did not learn" in html
-    assert 'class="close' not in html and 'class="far' not in html   # no |delta| colours in mini
+    assert not re.search(r'class="data row\d+ col\d+ (close|near|far) ', html)   # no |delta| colours in mini
     tex = (tmp_path / "rep" / "report.tex").read_text()
     assert "Effects: paper vs reproduction" in tex
     table = (tmp_path / "rep" / "tables" / "table2.tex").read_text()
-    assert r"\cellcolor[HTML]{ECEFF1}12.00$\pm$0.00 / 83.82 (n.l.)" in table and "($-$" not in table
+    assert r"\cellcolor[HTML]{ECEFF1} 12.00$\pm$0.00 / 83.82 (n.l.)" in table and "($-$" not in table
     assert r"95.50$\pm$0.71$^{=}$ / 90.96 &" in table
     # claims skip the flat cell: the skew claim has no learned pair
     data = report_data(mini, ["table2"])
@@ -197,12 +198,13 @@ def test_effects_view_groups_by_table_and_colours_rows_by_verdict():
             row("table2", "resnet20-dring8", "missing")]
     html = effects_html(rows)
     assert html.index("Table 1 (single node)") < html.index("Table 2") < html.index("Table 5 (NLP)")
-    assert '<tr class="same-sign"><td class="blk">cifar10-resnet20</td>' in html
-    assert '<tr class="opposite-sign"><td class="blk">agnews-distilbert</td>' in html
-    assert '<tr class="missing">' in html and "1 same sign, 1 opposite sign, 1 missing" in html
+    assert re.search(r'>cifar10-resnet20</th>\s*<td class="data row0 col0 same-sign effect" >', html)
+    assert re.search(r'>agnews-distilbert</th>\s*<td class="data row0 col0 opposite-sign effect" >', html)
+    assert ' missing effect" >' in html and "1 same sign, 1 opposite sign, 1 missing" in html
     assert "+1.25 ± 0.40" in html and "-1.00 ±" not in html     # ± only with two or more seeds
     tex = effects_tex(rows, tex_escape)
-    assert r"\rowcolor{green!15}cifar10-resnet20" in tex and r"\rowcolor{red!15}agnews-distilbert" in tex
+    assert r"cifar10-resnet20 & \cellcolor{green!15} FP - LP" in tex
+    assert r"agnews-distilbert & \cellcolor{red!15} FP - LP" in tex
     assert tex.count(r"\begin{longtable}") == 3
 
 
@@ -231,10 +233,11 @@ def test_paper_profile_flags_flat_cells_but_keeps_deltas_and_claims(tmp_path):
                      log=lambda s: None)
     html = r["html"].read_text()
     assert 'id="effects"' not in html and "did not learn (chance 10.00)" in html
-    assert 'class="far ok flat"' in html and 'class="close ok"' in html    # |Δ| colours kept
+    assert re.search(r'class="data row\d+ col\d+ far ok flat"', html)          # |Δ| colours kept
+    assert re.search(r'class="data row\d+ col\d+ close ok"', html)
     assert "2 of 128 cells did not learn" in html and "still used by the claims" in html
     table = (tmp_path / "rep" / "tables" / "table2.tex").read_text()
-    assert r"\cellcolor[HTML]{ECEFF1}11.00 / 83.82 ($-$72.82) (n.l.)" in table
+    assert r"\cellcolor[HTML]{ECEFF1} 11.00 / 83.82 ($-$72.82) (n.l.)" in table
     claims = {c.number: c for c in r["claims"]}
     assert claims[1].cells == 3                      # the flat pair is judged in the paper profile
     assert claims[4].verdict == "holds" and "mean drop +78.00" in claims[4].evidence
