@@ -1,209 +1,209 @@
-"""Figures drawn from the runs and aggregate rows: accuracy vs skew, bytes vs accuracy, consensus
-distance over epochs, per-node accuracy spread. Each returns a Figure or None (no data)."""
+"""Figures drawn from the tidy results: accuracy vs skew (tables/*.csv), bytes vs accuracy, consensus
+distance per epoch (curves.csv), per-node accuracy spread (runs.csv). Each returns a Figure or None
+(no data). Missing and diverged cells are left out, never interpolated: a line has a gap there.
+"""
 from __future__ import annotations
 
-import math
-import statistics
+import contextlib
+import itertools
+import warnings
 
-import matplotlib
 import numpy as np
+import pandas as pd
+import seaborn as sns
 from matplotlib.lines import Line2D
 
-from .figures_style import (ALGO_COLOR, ALGO_NAME, COMP_COLOR, OKABE_ITO, PREC_MARKER, PREC_NAME,
-                            PREC_STYLE, caption, epoch_axis, grid, new_figure, render, seed_mean, style)
+from ..shapes import TABLE_TITLES, block_title
+from .figures_style import (ALGO_COLOR, COMP_COLOR, PREC_DASHES, PREC_MARKERS, algorithm_label, caption,
+                            epoch_axis, grid, hide_unused, new_figure, palette, pct, precision_label, render,
+                            theme)
 from .model import Figure, ReportData
 
 USABLE = ("ok", "partly-diverged")
+DODGE = 0.25  # total horizontal spread of the series at one skew, as a fraction of the closest skew gap
 
 
-def _usable(row: dict) -> bool:
-    return row.get("status") in USABLE and row.get("reproduced") is not None
+def _usable(frame: pd.DataFrame) -> pd.Series:
+    return frame["status"].isin(USABLE) & frame["reproduced"].notna()
 
 
-def _status_counts(rows: list[dict]) -> str:
-    counts = {s: sum(r.get("status") == s for r in rows)
-              for s in ("ok", "partly-diverged", "diverged", "missing")}
-    return ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" of {len(rows)} cells"
+def _status_counts(rows: pd.DataFrame) -> str:
+    counts = rows["status"].value_counts()
+    parts = [f"{int(counts[s])} {s}" for s in ("ok", "partly-diverged", "diverged", "missing") if s in counts]
+    return ", ".join(parts) + f" of {len(rows)} cells"
 
 
-def _nan(v) -> float:
-    return float("nan") if v is None else float(v)
+def _series(rows: pd.DataFrame) -> pd.DataFrame:
+    """rows + 'algo' (hue) and 'prec' (dash style) display labels."""
+    return rows.assign(algo=[algorithm_label(a, m) for a, m in zip(rows["algorithm"], rows["momentum"])],
+                       prec=rows["precision"].map(precision_label))
+
+
+def _coinciding(panel: pd.DataFrame) -> int:
+    """How many pairs of series in a panel have identical values at every skew both have."""
+    by = {k: g.set_index("skew")["reproduced"].dropna() for k, g in panel.groupby(["algo", "prec"])}
+    n = 0
+    for a, b in itertools.combinations(by.values(), 2):
+        common = a.index.intersection(b.index)
+        n += len(common) > 0 and bool(np.allclose(a[common], b[common], rtol=0, atol=1e-9))
+    return n
 
 
 def accuracy_vs_skew(data: ReportData, table: str = "table2") -> Figure | None:
-    """Accuracy vs skew for one table's aggregate rows: one panel per (block, nodes, compression),
-    one line per (algorithm, precision), paper values faint; missing points left out."""
-    rows = data.rows.get(table, [])
-    if not any(_usable(r) for r in rows):
+    """Accuracy vs skew for one table: one panel per (block, nodes, compression), one line per
+    (algorithm, precision) with bars of the std over seeds; the paper's values faint; the series
+    dodged sideways so lines that coincide (DS and CHOCO are the same run at 0 % compression in the
+    mini profile) stay visible."""
+    rows = data.summary[data.summary["table"] == table]
+    if not _usable(rows).any():
         return None
-    groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((r["block"], r["nodes"], r["compression"]), []).append(r)
-    groups = {k: g for k, g in groups.items() if any(_usable(r) for r in g)}
-    nrows, ncols = grid(len(groups))
-    with style():
-        fig, axes = new_figure(nrows, ncols, panel=(3.6, 2.9))
-        for ax, ((block, nodes, comp), g) in zip(axes, groups.items()):
-            skews = sorted({r["skew"] for r in g})
-            lines: dict[tuple, dict] = {}
-            for r in g:
-                lines.setdefault((r["algorithm"], r["precision"]), {})[r["skew"]] = r
-            for (algo, prec), by_skew in lines.items():
-                col = ALGO_COLOR.get(algo, "gray")
-                ls, mk = PREC_STYLE.get(prec, "-"), PREC_MARKER.get(prec, "o")
-                pts = [by_skew.get(s) for s in skews]
-                ys = [_nan(p["reproduced"]) if p and _usable(p) else math.nan for p in pts]
-                err = [_nan(p.get("reproduced_std")) if p and _usable(p) else math.nan for p in pts]
-                ax.errorbar(skews, ys, yerr=np.nan_to_num(err), color=col, linestyle=ls, marker=mk,
-                            capsize=2)
-                ax.plot(skews, [_nan(p.get("paper")) if p else math.nan for p in pts], color=col,
-                        linestyle=":", linewidth=1, marker=mk, mfc="none", alpha=0.4)
-                div = [s for s, p in zip(skews, pts) if p and p.get("status") == "diverged"]
-                ax.plot(div, [0.04] * len(div), "x", color=col, transform=ax.get_xaxis_transform())
-            ax.set_title(f"{block}, {nodes} nodes, {comp}% compr.")
+    rows = _series(rows)
+    cells = {c.cell_id: c for c in data.cells}
+    panels = [(k, g) for k, g in rows.groupby(["block", "nodes", "compression"], sort=False) if _usable(g).any()]
+    skews = np.sort(rows["skew"].unique())
+    gap = float(np.diff(skews).min()) if len(skews) > 1 else 1.0
+    keys = sorted(rows[["algo", "prec"]].drop_duplicates().itertuples(index=False, name=None))
+    offset = {k: (i - (len(keys) - 1) / 2) * DODGE * gap / max(1, len(keys) - 1) for i, k in enumerate(keys)}
+    colors = palette(sorted({a for a, _ in keys}), ALGO_COLOR)
+    nrows, ncols = grid(len(panels))
+    coinciding = 0
+    with theme():
+        fig, axes = new_figure(nrows, ncols, panel=(3.7, 3.0))
+        for ax, ((block, nodes, comp), g) in zip(axes, panels):
+            coinciding += _coinciding(g[_usable(g)])
+            for (algo, prec), line in g.groupby(["algo", "prec"]):
+                line = line.set_index("skew").reindex(skews)
+                ok = _usable(line.reset_index()).to_numpy()
+                x = skews + offset[(algo, prec)]
+                y = line["reproduced"].where(ok)
+                style = dict(color=colors[algo], marker=PREC_MARKERS.get(prec, "o"))
+                ax.errorbar(x, y, yerr=line["reproduced_std"].where(ok).fillna(0), capsize=2,
+                            linestyle="--" if PREC_DASHES.get(prec) else "-", **style)
+                ax.plot(x, line["paper"], linestyle=":", linewidth=1, mfc="none", alpha=0.45, **style)
+                div = x[(line["status"] == "diverged").to_numpy()]
+                ax.plot(div, [0.04] * len(div), "x", color=colors[algo], transform=ax.get_xaxis_transform())
+            ax.set_title(f"{block_title(cells[g['cell_id'].iloc[0]])}\n{comp}% compression", fontsize=9)
             ax.set_xticks(skews, [f"{s:g}" for s in skews])
             ax.set_xlabel("degree of skew")
             ax.set_ylabel("test accuracy (%)")
-        for ax in axes[len(groups):]:
-            ax.set_visible(False)
-        combos = sorted({(r["algorithm"], r["precision"]) for r in rows})
-        handles = [Line2D([], [], color=ALGO_COLOR.get(a, "gray"), linestyle=PREC_STYLE.get(p, "-"),
-                          marker=PREC_MARKER.get(p, "o"),
-                          label=f"{ALGO_NAME.get(a, a)} {PREC_NAME.get(p, p)}") for a, p in combos]
-        handles += [Line2D([], [], color="gray", linestyle=":", marker="o", mfc="none", alpha=0.5,
-                           label="paper"),
+        hide_unused(axes, len(panels))
+        handles = [Line2D([], [], color=colors[a], linestyle="--" if PREC_DASHES.get(p) else "-",
+                          marker=PREC_MARKERS.get(p, "o"), label=f"{a}, {p}") for a, p in keys]
+        handles += [Line2D([], [], color="gray", linestyle=":", marker="o", mfc="none", alpha=0.5, label="paper"),
                     Line2D([], [], color="gray", marker="x", linestyle="", label="diverged")]
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
-        text = (f"{table}: test accuracy (mean per-node accuracy, %, mean over finished seeds; bars: std "
-                f"over seeds) vs degree of skew; one panel per block, nodes and compression, one line per "
-                f"algorithm and precision (colour: algorithm; FP solid, LP dashed). Faint dotted hollow "
-                f"markers: the paper's values; x at the panel bottom: diverged cells. Missing and diverged "
-                f"cells are left out, never interpolated ({_status_counts(rows)}).")
-        return render(fig, f"acc-vs-skew-{table}", f"{table}: accuracy vs skew", caption(data, text))
+        title = TABLE_TITLES.get(table, table)
+        text = (f"{title}: test accuracy (mean per-node accuracy, %, mean over finished seeds; bars: standard "
+                f"deviation over seeds) vs degree of skew; one panel per block and compression, one line per "
+                f"algorithm and precision (colour: algorithm; FP solid, LP dashed). Faint dotted hollow markers: "
+                f"the paper's values; x at the panel bottom: diverged cells. The lines are offset sideways a "
+                f"little so none hides another. Missing and diverged cells are left out, never interpolated "
+                f"({_status_counts(rows)}).")
+        if coinciding:
+            text += (f" {coinciding} pair{'s' if coinciding > 1 else ''} of lines have identical values (cells "
+                     f"computed by the same run); the offset keeps both visible.")
+        return render(fig, f"acc-vs-skew-{table}", f"{title}: accuracy vs skew", caption(data, text))
 
 
 def bytes_vs_accuracy(data: ReportData) -> Figure | None:
     """MB sent per node vs accuracy over every decentralized cell with a result."""
-    rows = [r for t in data.rows.values() for r in t
-            if _usable(r) and (r.get("nodes") or 0) > 1 and r.get("mb_per_node") is not None]
-    if not rows:
+    s = data.summary
+    rows = s[_usable(s) & (s["nodes"] > 1) & s["mb_per_node"].notna()]
+    if rows.empty:
         return None
-    with style():
-        fig, (ax,) = new_figure(panel=(5.5, 3.8))
-        for r in rows:
-            ax.scatter(r["mb_per_node"], r["reproduced"], color=COMP_COLOR.get(r["compression"], "gray"),
-                       marker=PREC_MARKER.get(r["precision"], "o"), edgecolors="black", linewidths=0.4, s=30)
-        mb = [r["mb_per_node"] for r in rows]
-        if min(mb) > 0 and max(mb) / min(mb) > 10:
+    rows = rows.assign(compression_label=rows["compression"].map(pct), prec=rows["precision"].map(precision_label))
+    comps = [pct(c) for c in sorted(rows["compression"].unique())]
+    with theme():
+        fig, (ax,) = new_figure(panel=(5.6, 3.8))
+        sns.scatterplot(rows, x="mb_per_node", y="reproduced", hue="compression_label", hue_order=comps,
+                        style="prec", markers=PREC_MARKERS, palette=palette(comps, COMP_COLOR), edgecolor="black",
+                        linewidth=0.4, s=32, ax=ax)
+        mb = rows["mb_per_node"]
+        if mb.min() > 0 and mb.max() / mb.min() > 10:
             ax.set_xscale("log")
-        comps = sorted({r["compression"] for r in rows})
-        precs = sorted({r["precision"] for r in rows})
-        handles = [Line2D([], [], color=COMP_COLOR.get(c, "gray"), marker="o", linestyle="",
-                          label=f"{c}% compression") for c in comps]
-        handles += [Line2D([], [], color="gray", marker=PREC_MARKER.get(p, "o"), linestyle="",
-                           label=PREC_NAME.get(p, p)) for p in precs]
-        ax.legend(handles=handles)
+        sns.move_legend(ax, "best", title=None)
         ax.set_xlabel("MB sent per node (whole run)")
         ax.set_ylabel("test accuracy (%)")
-        tables = sorted({r["table"] for r in rows})
-        text = (f"Communication vs accuracy: MB sent per node over the whole run (mean over finished "
-                f"seeds) against the mean per-node test accuracy, for the {len(rows)} decentralized cells "
-                f"with a result ({', '.join(tables)}); colour: compression, marker: precision.")
+        tables = ", ".join(TABLE_TITLES.get(t, t) for t in sorted(rows["table"].unique()))
+        text = (f"Communication vs accuracy: MB sent per node over the whole run (mean over finished seeds) "
+                f"against the mean per-node test accuracy, for the {len(rows)} decentralized cells with a result "
+                f"({tables}); colour: compression, marker: precision.")
         return render(fig, "bytes-vs-accuracy", "Bytes sent vs accuracy", caption(data, text))
 
 
 def consensus_curves(data: ReportData, table: str = "table2") -> Figure | None:
     """Consensus distance per epoch: one panel per compression, one line per (skew, precision),
-    median over cells (after averaging seeds)."""
-    per: dict[int, dict[tuple, list[tuple[list, list]]]] = {}
-    for c in data.cells:
-        runs = data.runs.get(c.cell_id)
-        if c.table != table or c.nodes < 2 or not runs:
-            continue
-        xs, ys = seed_mean([[(r["epoch"], r.get("consensus_distance")) for r in run.curve] for run in runs])
-        if xs:
-            per.setdefault(c.compression, {}).setdefault((c.skew, c.precision), []).append((xs, ys))
-    if not per:
+    median over cells of each cell's mean over seeds."""
+    cells = {c.cell_id: c for c in data.cells if c.table == table and c.nodes > 1}
+    cur = data.curves[data.curves["cell_id"].isin(cells) & data.curves["consensus_distance"].notna()]
+    if cur.empty:
         return None
-    skews = sorted({s for g in per.values() for s, _ in g})
-    cmap = matplotlib.colormaps["viridis"]
-    skew_col = {s: cmap(0.85 * i / max(1, len(skews) - 1)) for i, s in enumerate(skews)}
-    with style():
-        fig, axes = new_figure(1, len(per), panel=(4.0, 3.2))
-        for ax, comp in zip(axes, sorted(per)):
-            allv = []
-            for (skew, prec), cells in sorted(per[comp].items()):
-                by_epoch: dict[float, list[float]] = {}
-                for xs, ys in cells:
-                    for x, y in zip(xs, ys):
-                        by_epoch.setdefault(x, []).append(y)
-                ex = sorted(by_epoch)
-                med = [statistics.median(by_epoch[e]) for e in ex]
-                allv += med
-                ax.plot(ex, med, color=skew_col[skew], linestyle=PREC_STYLE.get(prec, "-"),
-                        marker="o" if len(ex) <= 20 else None, markersize=3)
-            if allv and min(allv) > 0 and max(allv) / min(allv) >= 100:
+    per_cell = cur.groupby(["cell_id", "epoch"], as_index=False)["consensus_distance"].mean()
+    per_cell["compression"] = [cells[c].compression for c in per_cell["cell_id"]]
+    per_cell["skew"] = [f"skew {cells[c].skew:g}" for c in per_cell["cell_id"]]
+    per_cell["precision"] = [precision_label(cells[c].precision) for c in per_cell["cell_id"]]
+    comps = sorted(per_cell["compression"].unique())
+    skews = sorted(per_cell["skew"].unique(), key=lambda s: float(s.split()[1]))
+    many_epochs = per_cell["epoch"].nunique() > 20
+    with theme():
+        fig, axes = new_figure(1, len(comps), panel=(4.0, 3.2))
+        for i, (ax, comp) in enumerate(zip(axes, comps)):
+            part = per_cell[per_cell["compression"] == comp]
+            sns.lineplot(part, x="epoch", y="consensus_distance", hue="skew", hue_order=skews, style="precision",
+                         dashes=PREC_DASHES, markers=not many_epochs, estimator="median", errorbar=None,
+                         palette="viridis", markersize=4, legend=i == len(comps) - 1, ax=ax)
+            v = part["consensus_distance"]
+            if v.min() > 0 and v.max() / v.min() >= 100:
                 ax.set_yscale("log")
             ax.set_title(f"{comp}% compression")
             epoch_axis(ax)
             ax.set_ylabel("consensus distance")
-        handles = [Line2D([], [], color=skew_col[s], label=f"skew {s:g}") for s in skews]
-        precs = sorted({p for g in per.values() for _, p in g})
-        handles += [Line2D([], [], color="gray", linestyle=PREC_STYLE.get(p, "-"), label=PREC_NAME.get(p, p))
-                    for p in precs]
-        fig.legend(handles=handles, loc="outside right center")
-        n = sum(len(v) for g in per.values() for v in g.values())
-        text = (f"Consensus distance sqrt(mean_i ||z_i - z_mean||^2) of the node models per epoch for "
-                f"the {n} {table} cells with runs; one panel per compression, one line per skew "
-                f"(colour) and precision (FP solid, LP dashed), median over cells (blocks and algorithms) "
-                f"of the per-cell mean over seeds. Log scale where a panel spans two decades or more.")
-        return render(fig, f"consensus-{table}", f"{table}: consensus distance", caption(data, text))
+        sns.move_legend(axes[len(comps) - 1], "center left", bbox_to_anchor=(1.02, 0.5), title=None)
+        title = TABLE_TITLES.get(table, table)
+        text = (f"Consensus distance sqrt(mean_i ||z_i - z_mean||^2) of the node models per epoch for the "
+                f"{len(per_cell['cell_id'].unique())} {title} cells with runs; one panel per compression, one "
+                f"line per skew (colour) and precision (FP solid, LP dashed), median over cells (blocks and "
+                f"algorithms) of the per-cell mean over seeds. Log scale where a panel spans two decades or more.")
+        return render(fig, f"consensus-{table}", f"{title}: consensus distance", caption(data, text))
+
+
+@contextlib.contextmanager
+def _fixed_jitter(seed: int = 0):
+    """seaborn's strip jitter draws from numpy's global generator: seed it for the plot (the same
+    picture on every build) and give the caller's state back afterwards."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def node_spread(data: ReportData) -> Figure | None:
-    """Per-node accuracy spread (max - min of final node_acc) of every finished decentralized run,
-    by skew and precision."""
-    groups: dict[tuple[float, str], list[float]] = {}
-    for c in data.cells:
-        if c.nodes < 2:
-            continue
-        for run in data.runs.get(c.cell_id, ()):
-            acc = [a for a in run.metrics.get("final", {}).get("node_acc") or () if a is not None]
-            if run.status == "ok" and len(acc) >= 2:
-                groups.setdefault((c.skew, c.precision), []).append(max(acc) - min(acc))
-    if not groups:
+    """Per-node accuracy spread (max - min of the final per-node accuracies) of every finished
+    decentralized run, by skew and precision."""
+    r = data.runs
+    r = r[(r["status"] == "ok") & (r["nodes"] > 1) & r["node_acc_min"].notna() & r["node_acc_max"].notna()]
+    if r.empty:
         return None
-    skews = sorted({s for s, _ in groups})
-    precs = sorted({p for _, p in groups})
-    width = 0.8 / len(precs)
-    rng = np.random.default_rng(0)  # jitter of the strip points only
-    with style():
-        fig, (ax,) = new_figure(panel=(5.5, 3.6))
-        for j, p in enumerate(precs):
-            col = OKABE_ITO[2 + j]
-            for i, s in enumerate(skews):
-                vals = groups.get((s, p))
-                if not vals:
-                    continue
-                pos = i + (j - (len(precs) - 1) / 2) * width
-                bp = ax.boxplot([vals], positions=[pos], widths=width * 0.8, showfliers=False,
-                                patch_artist=True, manage_ticks=False)
-                ls = PREC_STYLE.get(p, "-")
-                for box in bp["boxes"]:
-                    box.set(facecolor="none", edgecolor=col, linestyle=ls)
-                for part in ("medians", "whiskers", "caps"):
-                    for line in bp[part]:
-                        line.set(color=col, linestyle=ls if part == "whiskers" else "-")
-                ax.scatter(pos + rng.uniform(-width / 4, width / 4, len(vals)), vals, color=col, s=10,
-                           marker=PREC_MARKER.get(p, "o"), alpha=0.7)
-        ax.set_xticks(range(len(skews)), [f"{s:g}" for s in skews])
+    df = pd.DataFrame({"spread": r["node_acc_max"] - r["node_acc_min"],
+                       "skew": r["skew"].map(lambda s: f"{s:g}"), "prec": r["precision"].map(precision_label)})
+    order = sorted(df["skew"].unique(), key=float)
+    precs = sorted(df["prec"].unique())
+    colors = palette(precs, {"FP (32-bit)": "#009E73", "LP (8-bit)": "#E69F00"})
+    with theme():
+        fig, (ax,) = new_figure(panel=(5.6, 3.6))
+        with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib 3.11's deprecated `vert`
+            warnings.simplefilter("ignore", DeprecationWarning)
+            sns.boxplot(df, x="skew", y="spread", hue="prec", order=order, hue_order=precs, palette=colors,
+                        fill=False, showfliers=False, ax=ax)
+        with _fixed_jitter():
+            sns.stripplot(df, x="skew", y="spread", hue="prec", order=order, hue_order=precs, palette=colors,
+                          dodge=True, size=3, alpha=0.7, jitter=0.15, legend=False, ax=ax)
+        sns.move_legend(ax, "upper left", title=None)
         ax.set_xlabel("degree of skew")
         ax.set_ylabel("node accuracy spread (points)")
-        ax.legend(handles=[Line2D([], [], color=OKABE_ITO[2 + j], linestyle=PREC_STYLE.get(p, "-"),
-                                  marker=PREC_MARKER.get(p, "o"), label=PREC_NAME.get(p, p))
-                           for j, p in enumerate(precs)])
-        n = sum(len(v) for v in groups.values())
-        text = (f"Per-node accuracy spread: max minus min of the final per-node test accuracies "
-                f"(percentage points, after the final gossip rounds) of each of the {n} finished runs of "
-                f"decentralized cells, by degree of skew and precision (boxes: quartiles; dots: runs).")
+        text = (f"Per-node accuracy spread: max minus min of the final per-node test accuracies (percentage "
+                f"points, after the final gossip rounds) of each of the {len(df)} finished runs of decentralized "
+                f"cells, by degree of skew and precision (boxes: quartiles; dots: runs).")
         return render(fig, "node-spread", "Per-node accuracy spread", caption(data, text))
