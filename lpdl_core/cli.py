@@ -49,14 +49,14 @@ def _unit(text: str) -> float:
 def _out_file(path: str | None, what: str = "output file") -> None:
     """ConfigError before any work unless `path`'s folder is writable (or creatable)."""
     if path:
-        from .runstore import check_writable_dir
+        from .pipeline.runstore import check_writable_dir
         if Path(path).is_dir():
             raise LpdlError(f"{what} {path}: is a folder, not a file")
         check_writable_dir(Path(path).parent if Path(path).parent != Path("") else Path("."), what)
 
 
 def _cmd_topology(a: argparse.Namespace) -> int:
-    from .topology import Topology, describe
+    from .decentral.topology import Topology, describe
 
     topo = Topology(name=a.graph, n=a.nodes, rows=a.rows, seed=a.seed)
     print(describe(topo, t=a.t))
@@ -64,8 +64,14 @@ def _cmd_topology(a: argparse.Namespace) -> int:
 
 
 def _cmd_partition(a: argparse.Namespace) -> int:
-    from .partition import (KNOWN_CLASS_SIZES, histograms, labels_from_class_sizes, partition_table,
-                            skew_partition, write_histograms)
+    from .decentral.partition import (
+        KNOWN_CLASS_SIZES,
+        histograms,
+        labels_from_class_sizes,
+        partition_table,
+        skew_partition,
+        write_histograms,
+    )
 
     if (a.dataset is None) == (a.class_sizes is None):
         raise LpdlError("give exactly one of --dataset or --class-sizes")
@@ -96,7 +102,7 @@ def _cmd_partition(a: argparse.Namespace) -> int:
 def _cmd_demo(a: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .demo import DEFAULT_RUNS, format_table, run_demo
+    from .training.demo import DEFAULT_RUNS, format_table, run_demo
 
     total = len(DEFAULT_RUNS) * a.epochs
     with tqdm(total=total, unit="epoch", file=sys.stderr, disable=a.quiet) as bar:
@@ -118,7 +124,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from .bench import bench_step
+    from .training.bench import bench_step
 
     _out_file(a.out)
     res = bench_step(model=a.model, nodes=a.nodes, batch=a.batch, steps=a.steps, warmup=a.warmup,
@@ -127,7 +133,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
-        from .results import write_atomic
+        from .pipeline.results import write_atomic
         write_atomic(a.out, text + "\n")
     return 0
 
@@ -161,10 +167,10 @@ def _cmd_train(a: argparse.Namespace) -> int:
     """One cell, or several in one process (a Snakemake bundle: the torch import and data load
     are paid once). Each cell keeps its own run folder, checkpoint and resume. In the mini
     profile a cell whose run is identical to an earlier listed cell's is not trained again
-    (lpdl_core.mini.same_runs). A failing cell does not stop the others; the exit status is 1
+    (lpdl_core.pipeline.mini.same_runs). A failing cell does not stop the others; the exit status is 1
     if any failed."""
-    from .cells import cells_by_id, load_cells
-    from .mini import same_runs
+    from .pipeline.cells import cells_by_id, load_cells
+    from .pipeline.mini import same_runs
 
     cells = cells_by_id(load_cells(a.paper_dir))
     unknown = [c for c in a.cell if c not in cells]
@@ -199,7 +205,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
 
 
 def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
-    from .runcell import share_run
+    from .pipeline.runcell import share_run
 
     m = share_run(cell, primary, out_of(primary.cell_id), out_of(cell.cell_id), a.profile, seed=a.seed,
                   fidelity=fidelity)
@@ -210,7 +216,7 @@ def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
 def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
     import time
 
-    from .runcell import run_cell
+    from .pipeline.runcell import run_cell
 
     t0 = time.time()
     name = cell.cell_id
@@ -259,7 +265,7 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
 
 
 def _cmd_cells(a: argparse.Namespace) -> int:
-    from .cells import load_cells
+    from .pipeline.cells import load_cells
 
     for c in load_cells(a.paper_dir, tables=a.table or None):
         print(c.cell_id)
@@ -268,9 +274,9 @@ def _cmd_cells(a: argparse.Namespace) -> int:
 
 def _cmd_report(a: argparse.Namespace) -> int:
     """The report from what the aggregate, cost and partitions steps wrote under --results."""
+    from .pipeline.runstore import check_writable_dir
+    from .pipeline.tidy import RUNS_FILE
     from .report.build import build_report, main_json
-    from .runstore import check_writable_dir
-    from .tidy import RUNS_FILE
 
     results = Path(a.results)
     if not (results / RUNS_FILE).is_file():
@@ -284,10 +290,10 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 def _cmd_aggregate(a: argparse.Namespace) -> int:
     """runs/ -> runs.csv, curves.csv, tables/{table}.csv and tables/{table}-paper.csv."""
-    from .aggregate import write_aggregate
-    from .cells import load_cells
     from .config import TABLES
-    from .runstore import check_writable_dir
+    from .pipeline.aggregate import write_aggregate
+    from .pipeline.cells import load_cells
+    from .pipeline.runstore import check_writable_dir
 
     results = Path(a.results)
     if not (results / "runs").is_dir():
@@ -305,12 +311,12 @@ def _cmd_cost(a: argparse.Namespace) -> int:
     """Figure 3's cost model (and measured peak CUDA memory on a GPU) as JSON."""
     import json
 
-    from .cost import figure3_cost
+    from .training.cost import figure3_cost
 
     _out_file(a.out)
     text = json.dumps(figure3_cost(device=a.device), indent=1)
     if a.out:
-        from .results import write_atomic
+        from .pipeline.results import write_atomic
         write_atomic(a.out, text + "\n")
     print(text)
     return 0
@@ -318,8 +324,8 @@ def _cmd_cost(a: argparse.Namespace) -> int:
 
 def _cmd_partition_figures(a: argparse.Namespace) -> int:
     """Figures 2, 5-7's per-node class counts as CSV."""
-    from .paper_partitions import partition_figures_frame
-    from .tidy import write_frame
+    from .pipeline.paper_partitions import partition_figures_frame
+    from .pipeline.tidy import write_frame
 
     _out_file(a.out)
     df = partition_figures_frame()
@@ -334,9 +340,9 @@ def _cmd_partition_figures(a: argparse.Namespace) -> int:
 def _cmd_timing(a: argparse.Namespace) -> int:
     import json
 
-    from .cells import load_cells
-    from .jobs import plan_jobs
-    from .timing import pipeline_timing
+    from .pipeline.cells import load_cells
+    from .pipeline.jobs import plan_jobs
+    from .pipeline.timing import pipeline_timing
 
     results = Path(a.results)
     profile = a.profile or results.name
@@ -354,10 +360,10 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from .tidy import seeds_present
-    from .cells import load_cells
     from .config import LEARNED_MARGIN
-    from .targets import check_targets, format_checks, not_learned
+    from .pipeline.cells import load_cells
+    from .pipeline.targets import check_targets, format_checks, not_learned
+    from .pipeline.tidy import seeds_present
 
     results = Path(a.results)
     cells = load_cells(a.paper_dir)
@@ -376,16 +382,25 @@ def _cmd_targets(a: argparse.Namespace) -> int:
 
 
 def _cmd_unlock(a: argparse.Namespace) -> int:
-    from .snakelock import unlock_if_stale
+    from .pipeline.snakelock import unlock_if_stale
 
     print(f"lpdl unlock: {unlock_if_stale(a.directory)}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .config import (CELLS_PER_JOB, CNN_MODELS, DEVICES, EXECUTORS, GRAPHS, IMAGE_DATASETS, PRECISIONS,
-                         PROFILES, TABLES)
-    from .partition import KNOWN_CLASS_SIZES
+    from .config import (
+        CELLS_PER_JOB,
+        CNN_MODELS,
+        DEVICES,
+        EXECUTORS,
+        GRAPHS,
+        IMAGE_DATASETS,
+        PRECISIONS,
+        PROFILES,
+        TABLES,
+    )
+    from .decentral.partition import KNOWN_CLASS_SIZES
 
     p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
                                 "(Aketi, Kodge, Roy 2021): core tools")

@@ -9,14 +9,14 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from lpdl_core.aggregate import summarize, write_aggregate
-from lpdl_core.cells import load_cells
 from lpdl_core.config import TABLES
-from lpdl_core.paper_partitions import partition_figures_frame
+from lpdl_core.pipeline.aggregate import summarize, write_aggregate
+from lpdl_core.pipeline.cells import load_cells
+from lpdl_core.pipeline.paper_partitions import partition_figures_frame
+from lpdl_core.pipeline.runstore import run_identity
+from lpdl_core.pipeline.tidy import read_runs
 from lpdl_core.report.data import load_report_data
 from lpdl_core.report.model import ReportData
-from lpdl_core.runstore import run_identity
-from lpdl_core.tidy import read_runs
 
 PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
 CELLS = {c.cell_id: c for c in load_cells(PAPER)}
@@ -60,7 +60,7 @@ def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs:
 @functools.cache
 def cost_json() -> str:
     """cost.json as the cost rule writes it on a machine without a GPU (computed once)."""
-    from lpdl_core.cost import figure3_cost
+    from lpdl_core.training.cost import figure3_cost
 
     return json.dumps(figure3_cost(device="cpu"))
 

@@ -1,4 +1,4 @@
-"""Tests for lpdl_core.algorithms (gossip rules) against official-code.md sections 1 and 12
+"""Tests for lpdl_core.decentral.algorithms (gossip rules) against official-code.md sections 1 and 12
 (items 4-8): push-sum weights, mass conservation, equivalences, DS/CHOCO internals, Bagua-lp's
 formula, convergence on a non-IID least-squares problem, and GossipCfg validation.
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from lpdl_core import algorithms, optim
-from lpdl_core.algorithms import GossipCfg
-from lpdl_core.compress import CompressorCfg, compress, kept_count
-from lpdl_core.layout import Layout
-from lpdl_core.optim import OptimCfg
-from lpdl_core.topology import GRAPHS, Topology, is_column_stochastic
+from lpdl_core.decentral import algorithms, optim
+from lpdl_core.decentral.algorithms import GossipCfg
+from lpdl_core.decentral.compress import CompressorCfg, compress, kept_count
+from lpdl_core.decentral.layout import Layout
+from lpdl_core.decentral.optim import OptimCfg
+from lpdl_core.decentral.topology import GRAPHS, Topology, is_column_stochastic
 
 DT = torch.float64
 LAYOUT = Layout.from_shapes([(3, 4), (5,), (2, 2, 2)])  # d = 25, numels 12 / 5 / 8

@@ -1,8 +1,8 @@
 """`lpdl bench` writes a well-formed JSON report (the speed targets live in the JSON, not here)."""
 import json
 
-from lpdl_core.bench import LP_OVER_FP_TARGET
 from lpdl_core.cli import main
+from lpdl_core.training.bench import LP_OVER_FP_TARGET
 
 
 def test_bench_json_report(tmp_path, capsys):

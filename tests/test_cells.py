@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lpdl_core.cells import COLUMNS, Cell, cells_by_id, expected_counts, load_cells
+from lpdl_core.pipeline.cells import COLUMNS, Cell, cells_by_id, expected_counts, load_cells
 
 PAPER_DIR = Path(__file__).resolve().parent.parent / "workflow" / "paper"
 PAPER_TXT = Path(os.environ.get("LPDL_PAPER_TXT", "/work/shared/paper/paper-low-precision-decentralized.txt"))

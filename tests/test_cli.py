@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lpdl_core.cli import main
-from lpdl_core.demo import DemoRun, format_table, run_demo
+from lpdl_core.training.demo import DemoRun, format_table, run_demo
 
 ROOT = Path(__file__).resolve().parents[1]
 

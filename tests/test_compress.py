@@ -1,13 +1,20 @@
-"""Tests for lpdl_core.compress: kept counts and byte metrics against official-code.md
+"""Tests for lpdl_core.decentral.compress: kept counts and byte metrics against official-code.md
 (sections 2, 12.6, 12.10, 12.11), and each compressor against a per-node reference loop."""
 import math
 
 import pytest
 import torch
 
-from lpdl_core.compress import (COMPRESSORS, CompressorCfg, compress, index_bytes, kept_count,
-                                kept_counts, message_bytes)
-from lpdl_core.layout import Layout
+from lpdl_core.decentral.compress import (
+    COMPRESSORS,
+    CompressorCfg,
+    compress,
+    index_bytes,
+    kept_count,
+    kept_counts,
+    message_bytes,
+)
+from lpdl_core.decentral.layout import Layout
 
 
 def resnet20_fp_shapes() -> list[tuple[int, ...]]:

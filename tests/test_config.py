@@ -13,14 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_config_imports_no_torch():
-    code = ("import sys, lpdl_core.config, lpdl_core.cells, lpdl_core.jobs, lpdl_core.mini, lpdl_core.runstore\n"
+    code = ("import sys, lpdl_core.config, lpdl_core.pipeline.cells, lpdl_core.pipeline.jobs, lpdl_core.pipeline.mini, lpdl_core.pipeline.runstore\n"
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_registries_hold_exactly_the_vocabulary():
-    from lpdl_core import algorithms
     from lpdl_core.data.registry import LOADERS
+    from lpdl_core.decentral import algorithms
     from lpdl_core.models.registry import BUILDERS, MODEL_DATASETS
 
     assert tuple(BUILDERS) == config.CNN_MODELS
@@ -31,11 +31,11 @@ def test_registries_hold_exactly_the_vocabulary():
 
 
 def test_every_name_builds():
-    from lpdl_core.optim import OptimCfg
+    from lpdl_core.decentral.optim import OptimCfg
+    from lpdl_core.decentral.topology import Topology
     from lpdl_core.quant.norms import make_norm
     from lpdl_core.quant.quantizer import QuantCfg
-    from lpdl_core.schedule import ScheduleCfg
-    from lpdl_core.topology import Topology
+    from lpdl_core.training.schedule import ScheduleCfg
 
     for g in config.GRAPHS:
         assert Topology(name=g, n=8).W(0).shape == (8, 8)
@@ -53,14 +53,16 @@ def test_every_name_builds():
 
 def test_the_library_names_are_the_vocabulary():
     """Modules that name their own choices re-export the vocabulary's tuples (no copies)."""
-    from lpdl_core import cells, jobs, optim, schedule, topology
+    from lpdl_core.decentral import optim, topology
     from lpdl_core.models import registry as models
+    from lpdl_core.pipeline import cells, jobs
     from lpdl_core.quant import norms
+    from lpdl_core.training import schedule
 
     assert topology.GRAPHS is config.GRAPHS and schedule.SCHEDULES is config.SCHEDULES
     assert optim.MOMENTA is config.MOMENTA and norms.NORMS is config.NORMS
     assert jobs.CELLS_PER_JOB is config.CELLS_PER_JOB and models.MODELS is config.CNN_MODELS
-    from lpdl_core.algorithms import ALGORITHMS
+    from lpdl_core.decentral.algorithms import ALGORITHMS
     assert ALGORITHMS is config.ALGORITHMS
     assert cells.NAMES["precision"] is config.PRECISIONS and cells.NAMES["table"] is config.TABLES
     assert set(cells.NAMES["model"]) == set(config.MODELS)

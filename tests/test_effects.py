@@ -5,7 +5,9 @@ import re
 from pathlib import Path
 
 import pytest
+from report_inputs import CELLS, PAPER, finish, report_data
 
+from lpdl_core.pipeline.runstore import run_identity
 from lpdl_core.report.build import build_report, mini_effects
 from lpdl_core.report.claims import check_claims
 from lpdl_core.report.data import not_learned_cells
@@ -14,9 +16,7 @@ from lpdl_core.report.effects_view import effects_html, effects_tex
 from lpdl_core.report.header import build_header
 from lpdl_core.report.latex import tex_escape
 from lpdl_core.report.tables import paper_table
-from lpdl_core.runstore import run_identity
 
-from report_inputs import CELLS, PAPER, finish, report_data
 FID = {"official_quant": False, "choco_form": "paper", "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
 
 

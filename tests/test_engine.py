@@ -1,4 +1,4 @@
-"""Tests for lpdl_core.engine: the two executors agree, the loop executor's in-place aliasing,
+"""Tests for lpdl_core.decentral.engine: the two executors agree, the loop executor's in-place aliasing,
 the simulator's iteration order, evaluation, byte accounting, gossip-only rounds and EngineCfg
 validation. Tiny models on random 8x8 inputs, n = 4."""
 from __future__ import annotations
@@ -8,12 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lpdl_core import algorithms, optim
-from lpdl_core.algorithms import GossipCfg
-from lpdl_core.compress import CompressorCfg, message_bytes
-from lpdl_core.engine import EngineCfg, Simulator, evaluate, resolve_device
-from lpdl_core.optim import OptimCfg
-from lpdl_core.topology import Topology
+from lpdl_core.decentral import algorithms, optim
+from lpdl_core.decentral.algorithms import GossipCfg
+from lpdl_core.decentral.compress import CompressorCfg, message_bytes
+from lpdl_core.decentral.engine import EngineCfg, Simulator, evaluate, resolve_device
+from lpdl_core.decentral.optim import OptimCfg
+from lpdl_core.decentral.topology import Topology
 
 N = 4
 B = 6
@@ -348,14 +348,14 @@ def test_engine_cfg_defaults():
 
 
 def test_unknown_executor_rejected_by_factory():
-    from lpdl_core.engine.executors import make_executor
+    from lpdl_core.decentral.engine.executors import make_executor
     with pytest.raises(ValueError):
         make_executor("vmap", mlp_model, N, None, torch.zeros(N, 1), F.cross_entropy)
 
 
 def test_layout_mismatch_rejected():
-    from lpdl_core.engine.executors import BatchedExecutor, LoopExecutor
-    from lpdl_core.layout import Layout
+    from lpdl_core.decentral.engine.executors import BatchedExecutor, LoopExecutor
+    from lpdl_core.decentral.layout import Layout
     bad = Layout.from_shapes([(3,)])
     for cls in (LoopExecutor, BatchedExecutor):
         with pytest.raises(ValueError):

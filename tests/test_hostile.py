@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from repo_copy import copy_repo
 
 from lpdl_core.cli import main
-from lpdl_core.cells import COLUMNS, load_cells
-from repo_copy import copy_repo
+from lpdl_core.pipeline.cells import COLUMNS, load_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -376,8 +376,8 @@ def test_results_report_without_the_aggregate_step_is_one_line(capsys, tmp_path,
 
 
 def test_results_diverged_run_writes_standard_json(tmp_path):
-    from lpdl_core.results import save_run
-    from lpdl_core.train import RunResult
+    from lpdl_core.pipeline.results import save_run
+    from lpdl_core.training.train import RunResult
 
     res = RunResult(status="diverged", epochs_done=1, curve=[{"epoch": 0, "train_loss": float("nan")}],
                     final={"mean_acc": float("nan"), "avg_model_acc": 10.0, "consensus_distance": float("inf"),
@@ -396,13 +396,14 @@ def test_results_diverged_run_writes_standard_json(tmp_path):
 # ================================================================ 5. checkpoints
 
 def _tiny_training(tmp_path, epochs=2):
-    from lpdl_core.algorithms.base import GossipCfg
-    from lpdl_core.data.registry import load_dataset
-    from lpdl_core.engine import EngineCfg
-    from lpdl_core.optim import OptimCfg
-    from lpdl_core.topology import Topology
-    from lpdl_core.train import RunCfg, train
     import dataclasses
+
+    from lpdl_core.data.registry import load_dataset
+    from lpdl_core.decentral.algorithms.base import GossipCfg
+    from lpdl_core.decentral.engine import EngineCfg
+    from lpdl_core.decentral.optim import OptimCfg
+    from lpdl_core.decentral.topology import Topology
+    from lpdl_core.training.train import RunCfg, train
 
     split = load_dataset("digits", image_size=8)
     split = dataclasses.replace(split, x_train=split.x_train[:128], y_train=split.y_train[:128],
@@ -447,7 +448,7 @@ def test_checkpoint_unusable_is_set_aside_and_the_run_restarts(tmp_path, kind):
 
 
 def test_checkpoint_of_other_settings_is_set_aside(tmp_path):
-    from lpdl_core.train import RunCfg
+    from lpdl_core.training.train import RunCfg
 
     run = _tiny_training(tmp_path)
     ckpt = tmp_path / "checkpoint.pt"
@@ -596,9 +597,9 @@ def _metrics(repo: Path) -> Path:
 
 
 def _job_of(cell_id: str):
-    """The mini profile's training job that runs cell_id (lpdl_core.jobs)."""
-    from lpdl_core.cells import load_cells
-    from lpdl_core.jobs import plan_jobs
+    """The mini profile's training job that runs cell_id (lpdl_core.pipeline.jobs)."""
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.jobs import plan_jobs
 
     return next(j for j in plan_jobs(load_cells(), "mini") if cell_id in j.cells)
 
@@ -663,8 +664,8 @@ def test_rerun_aggregate_with_a_corrupt_metrics_is_one_line_in_its_log(pipeline)
         p = smk(pipeline, "-c1", "--forcerun", "aggregate", "results/mini/tables/table1.csv",
                 "--config", "paper_dir=small", "tables=[table1]")
         assert p.returncode != 0
-        log = (pipeline / "results/mini/logs/aggregate/table1.log").read_text()
-        line = one_error_line(log, "lpdl aggregate table1: error: ")
+        log = (pipeline / "results/mini/logs/aggregate.log").read_text()
+        line = one_error_line(log, "lpdl aggregate: error: ")
         assert str(metrics.relative_to(pipeline)) in line or str(metrics) in line
         assert line in p.stderr
     finally:

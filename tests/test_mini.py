@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from lpdl_core.cells import cells_by_id, load_cells
-from lpdl_core.jobs import plan_jobs
-from lpdl_core.mini import BATCH_DIVISOR, STANDINS, mini_batch, mini_run, run_key, same_runs
-from lpdl_core.schedule import ScheduleCfg, lr_at, lr_at_step
+from lpdl_core.pipeline.cells import cells_by_id, load_cells
+from lpdl_core.pipeline.jobs import plan_jobs
+from lpdl_core.pipeline.mini import BATCH_DIVISOR, STANDINS, mini_batch, mini_run, run_key, same_runs
+from lpdl_core.training.schedule import ScheduleCfg, lr_at, lr_at_step
 
 ALL = load_cells()
 CELLS = cells_by_id(ALL)
@@ -131,9 +131,9 @@ def test_train_several_cells_in_one_process_shares_identical_runs(tmp_path):
 def test_an_image_job_imports_no_text_sklearn_or_plotting_stack():
     """Start-up is paid per job: an image cell must not import transformers, scikit-learn or
     matplotlib (the digits split is cached; the report draws the figures)."""
-    code = ("import sys\nfrom lpdl_core.cells import cells_by_id, load_cells\n"
-            "from lpdl_core.runcell import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
-            "import lpdl_core.train, lpdl_core.results\n"
+    code = ("import sys\nfrom lpdl_core.pipeline.cells import cells_by_id, load_cells\n"
+            "from lpdl_core.pipeline.runcell import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
+            "import lpdl_core.training.train, lpdl_core.pipeline.results\n"
             "p = plan_cell(cells_by_id(load_cells())['t2-resnet20-dring8-c0-s0-ds-int8'], 'mini')\n"
             "load_dataset(p.dataset, **p.dataset_kwargs); p.make_model()\n"
             "print(sorted(k for k in ('transformers', 'sklearn', 'matplotlib') if k in sys.modules))\n")
@@ -151,12 +151,12 @@ def test_an_image_job_imports_no_text_sklearn_or_plotting_stack():
     ("t1-agnews-distilbert-single-c0-s0-none-fp32", 50.0),  # text >= 2x chance (4 classes)
 ])
 def test_the_mini_protocol_learns(cell_id, bound, tmp_path, one_thread):
-    """A guard on the protocol (lpdl_core.mini), not a measurement of it (docs/mini-profile.md has
+    """A guard on the protocol (lpdl_core.pipeline.mini), not a measurement of it (docs/mini-profile.md has
     the full grid on three seeds): representative cells reach their learning target. Measured
     on seeds 1234, 1 and 2 these end at 96.7-97.2, 96.5-97.5, 97.2-98.1 and 67.9-72.6 %, so the
     bounds leave room for another CPU's summation order, which moves a run by a few of the 360
     test samples (the text stand-in has 336)."""
-    from lpdl_core.runcell import run_cell
+    from lpdl_core.pipeline.runcell import run_cell
 
     m = run_cell(CELLS[cell_id], tmp_path, "mini", device="cpu")
     assert m["status"] == "ok" and m["final"]["mean_acc"] >= bound, m["final"]["mean_acc"]

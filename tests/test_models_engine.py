@@ -22,11 +22,11 @@ import copy
 import pytest
 import torch
 
-from lpdl_core.algorithms.base import GossipCfg
-from lpdl_core.engine import EngineCfg, Simulator
+from lpdl_core.decentral.algorithms.base import GossipCfg
+from lpdl_core.decentral.engine import EngineCfg, Simulator
+from lpdl_core.decentral.topology import Topology
 from lpdl_core.models.registry import build_model, input_size
 from lpdl_core.quant.quantizer import QuantCfg
-from lpdl_core.topology import Topology
 
 FINE = QuantCfg(bits=16, grad_bits=16, act_rounding="nearest", grad_rounding="nearest")
 CASES = [("resnet20", "cifar10"), ("resnet54", "cifar10"), ("vgg11", "cifar10"), ("mobilenetv2", "cifar10"),

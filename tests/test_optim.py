@@ -1,12 +1,12 @@
-"""Tests for lpdl_core.optim: the local SGD step against torch.optim.SGD, QGM against
+"""Tests for lpdl_core.decentral.optim: the local SGD step against torch.optim.SGD, QGM against
 official-code.md section 3 / section 12 item 9, and OptimCfg validation."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lpdl_core import optim
-from lpdl_core.optim import OptimCfg, OptimState, local_step, qgm_correct
+from lpdl_core.decentral import optim
+from lpdl_core.decentral.optim import OptimCfg, OptimState, local_step, qgm_correct
 
 D = 17
 LRS = [0.1, 0.1, 0.05, 0.2, 0.01] * 4  # 20 steps, changing lr
@@ -162,7 +162,7 @@ def test_optim_cfg_defaults_and_keyword_only():
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
 def test_adam_matches_torch_optim_adam(dtype, tol):
     """The paper's NLP optimizer: Adam(lr, betas=(0.9, 0.9), weight_decay=1e-4) (L2, not AdamW)."""
-    from lpdl_core.optim import OptimCfg, init, local_step
+    from lpdl_core.decentral.optim import OptimCfg, init, local_step
 
     torch.manual_seed(3)
     x0 = torch.randn(1, 17, dtype=dtype)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from lpdl_core.partition import (
+from lpdl_core.decentral.partition import (
     KNOWN_CLASS_SIZES,
     dirichlet_partition,
     histograms,

@@ -1,4 +1,4 @@
-"""Tests for the registries of the decentralized core: compressor kinds (lpdl_core.compress),
+"""Tests for the registries of the decentralized core: compressor kinds (lpdl_core.decentral.compress),
 the algorithms' message declarations (read by the simulator's byte count) and the executors.
 
 The compressor registry replaced two if/elif switches; `_old_compress` / `_old_message_bytes`
@@ -16,14 +16,25 @@ import torch.nn.functional as F
 from torch import nn
 
 import lpdl_core
-from lpdl_core import algorithms, compress as compress_mod, config
-from lpdl_core.algorithms import GossipCfg, Message
-from lpdl_core.compress import (COMPRESSORS, REGISTRY, Compressor, CompressorCfg, compress,
-                                index_bytes, kept_count, kept_counts, message_bytes)
-from lpdl_core.engine import EXECUTORS, EngineCfg, Simulator
-from lpdl_core.engine import executors as executors_mod
-from lpdl_core.layout import Layout
-from lpdl_core.topology import Topology
+from lpdl_core import config
+from lpdl_core.decentral import algorithms
+from lpdl_core.decentral import compress as compress_mod
+from lpdl_core.decentral.algorithms import GossipCfg, Message
+from lpdl_core.decentral.compress import (
+    COMPRESSORS,
+    REGISTRY,
+    Compressor,
+    CompressorCfg,
+    compress,
+    index_bytes,
+    kept_count,
+    kept_counts,
+    message_bytes,
+)
+from lpdl_core.decentral.engine import EXECUTORS, EngineCfg, Simulator
+from lpdl_core.decentral.engine import executors as executors_mod
+from lpdl_core.decentral.layout import Layout
+from lpdl_core.decentral.topology import Topology
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -307,7 +318,7 @@ SWITCH = re.compile(rf"""(==|!=|\bin\b)\s*[(\[{{]?\s*["']({NAMES})["']"""  # x =
 
 
 def _core_sources():
-    root = Path(lpdl_core.__file__).parent
+    root = Path(lpdl_core.__file__).parent / "decentral"
     return [root / "compress.py", *sorted((root / "engine").glob("*.py"))]
 
 

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from lpdl_core.data.sampler import NodeSampler
-from lpdl_core.layout import Layout
-from lpdl_core.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes, skew_partition
-from lpdl_core.schedule import ScheduleCfg, lr_at
+from lpdl_core.decentral.layout import Layout
+from lpdl_core.decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes, skew_partition
+from lpdl_core.training.schedule import ScheduleCfg, lr_at
 
 
 def test_resnet_lr_trace():

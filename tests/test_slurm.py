@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from repo_copy import copy_repo
 import yaml
+from repo_copy import copy_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -159,10 +159,13 @@ def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path
 
     # the jobs really went through SLURM: submitted, logged by SLURM, and known to the controller
     jobids = re.findall(r"has been submitted with SLURM jobid (\d+)", text)
-    assert len(set(jobids)) == 2, text[-4000:]  # 2 train; aggregate and report are local rules
+    # 2 train jobs and the cost job (it measures peak GPU memory where the cluster gives a GPU);
+    # aggregate, partitions and report are local rules
+    assert len(set(jobids)) == 3, text[-4000:]
     logs = list((repo / "results/slurm-logs").rglob("*.log"))
     assert {p.stem for p in logs} >= set(jobids), logs
     assert len([p for p in logs if "rule_train" in str(p)]) == 2, logs
+    assert len([p for p in logs if "rule_cost" in str(p)]) == 1, logs
     q = subprocess.run(["squeue", "-h", "-t", "all", "-j", ",".join(jobids), "-o", "%i %j %T %P"],
                        capture_output=True, text=True, timeout=30)
     states = {l.split()[0]: l.split()[1:] for l in q.stdout.splitlines()}

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from lpdl_core.cells import cells_by_id, load_cells
 from lpdl_core.errors import LpdlError
-from lpdl_core.jobs import plan_jobs
-from lpdl_core.targets import check_targets, not_learned
-from lpdl_core.timing import pipeline_timing
+from lpdl_core.pipeline.cells import cells_by_id, load_cells
+from lpdl_core.pipeline.jobs import plan_jobs
+from lpdl_core.pipeline.targets import check_targets, not_learned
+from lpdl_core.pipeline.timing import pipeline_timing
 
 CELLS = cells_by_id(load_cells())
 

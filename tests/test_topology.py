@@ -1,10 +1,10 @@
-"""Tests for lpdl_core.topology against official-code.md section 12 (items 1-4)."""
+"""Tests for lpdl_core.decentral.topology against official-code.md section 12 (items 1-4)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lpdl_core.topology import (
+from lpdl_core.decentral.topology import (
     GRAPHS,
     Topology,
     describe,

@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from lpdl_core.algorithms.base import GossipCfg
-from lpdl_core.compress import CompressorCfg
 from lpdl_core.data.registry import DATASETS, STANDINS, load_dataset
-from lpdl_core.engine import EngineCfg
-from lpdl_core.optim import OptimCfg
-from lpdl_core.topology import Topology
-from lpdl_core.train import RunCfg, train
+from lpdl_core.decentral.algorithms.base import GossipCfg
+from lpdl_core.decentral.compress import CompressorCfg
+from lpdl_core.decentral.engine import EngineCfg
+from lpdl_core.decentral.optim import OptimCfg
+from lpdl_core.decentral.topology import Topology
+from lpdl_core.training.train import RunCfg, train
 
 
 def small_cnn():
@@ -92,7 +92,7 @@ def test_text_standin_trains_tiny_distilbert(precision):
 def test_save_run_writes_partition_with_the_run(tmp_path):
     import json
 
-    from lpdl_core.results import save_run
+    from lpdl_core.pipeline.results import save_run
 
     split = subset(load_dataset("digits"), n_train=64, n_test=32)
     res = train(small_cnn, split, topology=Topology(name="directed-ring", n=2), gossip=GossipCfg(),

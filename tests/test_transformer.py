@@ -18,8 +18,14 @@ from torch.func import functional_call, grad_and_value, vmap
 pytest.importorskip("transformers", reason="needs transformers: pip install transformers")
 
 from lpdl_core.models.transformer import (  # noqa: E402
-    PretrainedUnavailableError, SequenceClassifier, distilbert_classifier, minilm_classifier,
-    minilm_tokenizer, quantize_linears, tiny_distilbert_config)
+    PretrainedUnavailableError,
+    SequenceClassifier,
+    distilbert_classifier,
+    minilm_classifier,
+    minilm_tokenizer,
+    quantize_linears,
+    tiny_distilbert_config,
+)
 from lpdl_core.quant.layers import QLinear  # noqa: E402
 from lpdl_core.quant.quantizer import QuantCfg  # noqa: E402
 
@@ -284,8 +290,8 @@ def test_hf_2d_mask_path_is_not_vmappable():
 @pytest.mark.filterwarnings("ignore:There is a performance drop")
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_loop_and_batched_executors_agree(precision):
-    from lpdl_core.engine.executors import make_executor
-    from lpdl_core.layout import Layout
+    from lpdl_core.decentral.engine.executors import make_executor
+    from lpdl_core.decentral.layout import Layout
     n = 2
 
     def make():

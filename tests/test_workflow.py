@@ -34,8 +34,8 @@ def test_dry_run_has_every_paper_cell():
     counts = {l.split()[0]: int(l.split()[1]) for l in p.stdout.splitlines() if l[:1].isalpha() and len(l.split()) == 2
               and l.split()[1].isdigit()}
     train = {k: v for k, v in counts.items() if k.startswith("train_")}
-    from lpdl_core.cells import load_cells
-    from lpdl_core.jobs import plan_jobs
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.jobs import plan_jobs
 
     cells = load_cells(ROOT / "workflow/paper")
     assert len(cells) == 14 + 128 + 16 + 16 + 48 + 4

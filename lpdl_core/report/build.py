@@ -17,8 +17,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
-from ..results import git, write_atomic, write_json
-from ..shapes import block_title
+from ..pipeline.results import git, write_atomic, write_json
+from ..pipeline.shapes import block_title
 from .claims import check_claims
 from .data import cell_classes, load_report_data, per_seed_acc
 from .header import build_header

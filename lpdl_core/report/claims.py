@@ -18,7 +18,7 @@ LEARNED_MARGIN points of chance is left out. The paper profile judges every fini
    largest skew is below that at the smallest, and the mean drop is positive.
 5. At skew 0.9 without compression LP-CHOCO >= CHOCO for ResNet-20 (Section 4.1): every such pair.
 6. LP cuts compute and memory about 4x (Section 5, Figure 3): both ratios of the analytic cost
-   model (lpdl_core.cost, 8-bit weights/activations/layer gradients, float32 weight gradients as
+   model (lpdl_core.training.cost, 8-bit weights/activations/layer gradients, float32 weight gradients as
    the paper's bifurcation keeps them) are >= 3. The all-8-bit ratios are given as evidence.
 """
 from __future__ import annotations

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..cells import load_cells
 from ..errors import CorruptFile
-from ..tidy import CURVES_FILE, RUNS_FILE, read_frame
+from ..pipeline.cells import load_cells
+from ..pipeline.tidy import CURVES_FILE, RUNS_FILE, read_frame
 from .model import ReportData
 
 COST_FILE, PARTITIONS_FILE = "cost.json", "partitions.csv"

@@ -13,10 +13,20 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.patches import Patch
 
-from ..shapes import ALGO_NAMES, DATASET_NAMES, MODEL_NAMES, NORM_NAMES, block_title
+from ..pipeline.shapes import ALGO_NAMES, DATASET_NAMES, MODEL_NAMES, NORM_NAMES, block_title
 from .figures_runs import accuracy_vs_skew, bytes_vs_accuracy, consensus_curves, node_spread
-from .figures_style import (OKABE_ITO, PREC_DASHES, caption, epoch_axis, grid, hide_unused, new_figure,
-                            precision_label, render, theme)
+from .figures_style import (
+    OKABE_ITO,
+    PREC_DASHES,
+    caption,
+    epoch_axis,
+    grid,
+    hide_unused,
+    new_figure,
+    precision_label,
+    render,
+    theme,
+)
 from .model import Figure, ReportData
 
 __all__ = ["fig1_norm_curves", "partition_figures", "fig3_cost", "accuracy_vs_skew", "bytes_vs_accuracy",
@@ -95,7 +105,7 @@ def _partition_figure(data: ReportData, name: str, df: pd.DataFrame) -> Figure:
         unused_txt = "; ".join(f"{k}: {v}" for k, v in unused.items() if v)
         text = (f"{paper_fig}: class distribution of {dname}'s training set across nodes (stacked bars: "
                 f"samples of each class on each node), computed exactly with the official skew scheme "
-                f"(lpdl_core.partition.skew_partition, seed {int(first['seed'])}) on class-sorted labels with "
+                f"(lpdl_core.decentral.partition.skew_partition, seed {int(first['seed'])}) on class-sorted labels with "
                 f"{classes} classes, {total:,} samples.")
         if bool(first["sizes_assumed"]):
             text += (" Class sizes assumed equal (the paper says 'nearly equally'; no official sizes"

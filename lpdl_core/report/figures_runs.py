@@ -13,10 +13,24 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from ..shapes import TABLE_TITLES, block_title
-from .figures_style import (ALGO_COLOR, COMP_COLOR, PREC_DASHES, PREC_MARKERS, algorithm_label, caption,
-                            epoch_axis, grid, hide_unused, new_figure, palette, pct, precision_label, render,
-                            theme)
+from ..pipeline.shapes import TABLE_TITLES, block_title
+from .figures_style import (
+    ALGO_COLOR,
+    COMP_COLOR,
+    PREC_DASHES,
+    PREC_MARKERS,
+    algorithm_label,
+    caption,
+    epoch_axis,
+    grid,
+    hide_unused,
+    new_figure,
+    palette,
+    pct,
+    precision_label,
+    render,
+    theme,
+)
 from .model import Figure, ReportData
 
 USABLE = ("ok", "partly-diverged")

@@ -12,11 +12,10 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from .. import mini
 from ..config import Fidelity
+from ..pipeline import mini
 from .data import not_learned_cells
 from .model import LEARNED_MARGIN, Header, ReportData
-
 
 PROFILE_NOTES = {
     "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
@@ -24,7 +23,7 @@ PROFILE_NOTES = {
              "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
              f"paper model and a short protocol (global batch / {mini.BATCH_DIVISOR}, {mini.IMAGE_EPOCHS} epochs "
              f"for images, {mini.TEXT_EPOCHS} for text; "
-             "lpdl_core/mini.py). These numbers are NOT a reproduction of the paper's accuracies and "
+             "lpdl_core/pipeline/mini.py). These numbers are NOT a reproduction of the paper's accuracies and "
              "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
     "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
               "compare like with like; cells still running or never run are shown as missing."),

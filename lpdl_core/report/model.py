@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..cells import Cell
 from ..config import LEARNED_MARGIN  # noqa: F401  (re-exported for the report modules)
+from ..pipeline.cells import Cell
 
 STATUSES = ("ok", "partly-diverged", "diverged", "missing")
 VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")

@@ -2,7 +2,7 @@ rule aggregate:
     """Every run, read once from its own folder (identity checked) -> the tidy frames: runs.csv
     (one row per cell and seed), curves.csv (one row per cell, seed and epoch), and per paper
     table tables/{table}.csv (one row per cell: groupby over seeds, missing and diverged cells
-    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.aggregate."""
+    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.pipeline.aggregate."""
     input:
         run_files,
     output:
@@ -19,7 +19,7 @@ rule aggregate:
 
 rule cost:
     """Figure 3's numbers: the analytic compute and memory cost model of ResNet-20, counted on the
-    real model (and peak CUDA memory measured where a GPU is used). lpdl_core.cost."""
+    real model (and peak CUDA memory measured where a GPU is used). lpdl_core.training.cost."""
     output:
         "results/{profile}/cost.json",
     log:
@@ -32,7 +32,7 @@ rule cost:
 
 rule partitions:
     """Figures 2, 5-7's numbers: per-node class counts of the official skew partition of each
-    paper dataset's training set. lpdl_core.paper_partitions."""
+    paper dataset's training set. lpdl_core.pipeline.paper_partitions."""
     output:
         "results/{profile}/partitions.csv",
     log:

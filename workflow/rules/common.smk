@@ -28,10 +28,10 @@ _cfg = _checked_config(config)
 config.clear()
 config.update(_cfg)
 
-from lpdl_core.cells import load_cells  # noqa: E402
+from lpdl_core.pipeline.cells import load_cells  # noqa: E402
 from lpdl_core.config import PROFILES, TABLES, Fidelity  # noqa: E402
-from lpdl_core.jobs import plan_jobs  # noqa: E402
-from lpdl_core.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
+from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
+from lpdl_core.pipeline.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
 
 PROFILE = config["profile"]
 REPORT_DIR = config["report_dir"].rstrip("/")

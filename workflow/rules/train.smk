@@ -1,4 +1,4 @@
-# Training jobs: one rule per job of lpdl_core.jobs.plan_jobs (a block's cells of one precision
+# Training jobs: one rule per job of lpdl_core.pipeline.jobs.plan_jobs (a block's cells of one precision
 # in the mini profile, one cell in the paper profile). Every cell keeps its own outputs
 # (RUN_DIR/metrics.json, curve.csv, partition.csv), run folder, checkpoint and resume.
 #

@@ -1,11 +1,11 @@
-"""Snakemake script: every run -> runs.csv, curves.csv and the per-table CSVs (lpdl_core.aggregate).
+"""Snakemake script: every run -> runs.csv, curves.csv and the per-table CSVs (lpdl_core.pipeline.aggregate).
 An expected failure (corrupt or mislabelled metrics.json) is one line in the log and on stderr."""
 import sys
 from pathlib import Path
 
-from lpdl_core.aggregate import write_aggregate
-from lpdl_core.cells import load_cells
 from lpdl_core.errors import LpdlError
+from lpdl_core.pipeline.aggregate import write_aggregate
+from lpdl_core.pipeline.cells import load_cells
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with open(sm.log[0], "w") as log:

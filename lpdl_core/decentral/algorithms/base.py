@@ -1,0 +1,91 @@
+"""What every gossip algorithm shares: its config, what its messages carry, the result of one
+round, and the two mixing primitives (W - I) X and the push-sum weight update (paper Alg. 4/5,
+line 9)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import torch
+
+from ...config import ALGORITHMS
+from ..compress import CompressorCfg
+
+
+@dataclass(frozen=True, kw_only=True)
+class GossipCfg:
+    """Consensus step of every node.
+
+    algorithm: "dpsgd" (D-PSGD/SGP with push-sum), "ds" (Deep-Squeeze as Sparse-Push, Alg. 4),
+        "choco" (CHOCO-SGD as Quant-SGP, Alg. 5), "bagua-lp" (Bagua's low-precision
+        decentralized SGD: 8-bit min-max quantized model differences).
+    eta: the averaging rate η (the supplement calls it γ): 1 without compression, 0.01 at 99%.
+    compressor: C(·), applied layer-wise to what each node sends.
+    choco_form: "paper" uses Σ_j (W_ij − I_ij)(x̂_j − x̂_i) as Alg. 5 writes it; "code" uses the
+        official code's Σ_j (W_ij − I_ij) x̂_j. Equal whenever the rows of W sum to 1.
+    choco_replicas: "per-neighbour" keeps node i's copy of every in-neighbour's x̂_j (correct on
+        time-varying graphs); "official-aggregate" keeps the official code's single pre-weighted
+        sum S_i = Σ_{j∈in(i)} w x̂_j (valid for static graphs only).
+    """
+
+    algorithm: Literal["dpsgd", "ds", "choco", "bagua-lp"] = "ds"
+    eta: float = 1.0
+    compressor: CompressorCfg = field(default_factory=CompressorCfg)
+    choco_form: Literal["paper", "code"] = "paper"
+    choco_replicas: Literal["per-neighbour", "official-aggregate"] = "per-neighbour"
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"gossip.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+        if not 0.0 <= self.eta <= 1.0:
+            raise ValueError(f"gossip.eta must be in [0, 1], got {self.eta}")
+        if self.algorithm == "dpsgd" and not self.compressor.is_identity:
+            raise ValueError("gossip.algorithm 'dpsgd' sends full models; use 'ds' or 'choco' "
+                             "for a compressed exchange (compressor must be identity)")
+        if self.choco_form not in ("paper", "code"):
+            raise ValueError(f"gossip.choco_form must be 'paper' or 'code', got {self.choco_form!r}")
+        if self.choco_replicas not in ("per-neighbour", "official-aggregate"):
+            raise ValueError("gossip.choco_replicas must be 'per-neighbour' or 'official-aggregate', "
+                             f"got {self.choco_replicas!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Message:
+    """What one gossip message carries besides the compressed payload C(·) (declared by each
+    algorithm module as `MESSAGE`; the simulator sizes messages from it).
+
+    push_sum_weight: the sender's push-sum weight u_j rides along (4 bytes, float32), as in the
+        push-sum algorithms' u_{t+1} = u_t + η Σ_j (W_ij − I_ij) u_j. False when u stays 1.
+    """
+
+    push_sum_weight: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.push_sum_weight, bool):
+            raise ValueError(f"Message.push_sum_weight must be a bool, got {self.push_sum_weight!r}")
+
+
+class Round(NamedTuple):
+    """Outcome of one gossip round for all n nodes."""
+
+    x: torch.Tensor  # (n, d) x_{t+1}, push-sum numerators after the consensus step
+    u: torch.Tensor  # (n,)   u_{t+1}, push-sum weights
+    state: Any       # the algorithm's own state (error buffers, x̂, replicas, ...)
+    sent: torch.Tensor  # (n,) messages each node sent this round (bytes = sent * message bytes)
+
+
+def residual(W: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """(W − I) y for stacked node values y of shape (n, ...): row i is Σ_j (W_ij − I_ij) y_j."""
+    flat = y.reshape(y.shape[0], -1)
+    return (W @ flat - flat).reshape(y.shape)
+
+
+def push_sum_weights(u: torch.Tensor, W: torch.Tensor, eta: float) -> torch.Tensor:
+    """u_{t+1} = u_t + η Σ_j (W_ij − I_ij) u_j (Alg. 4/5 line 9). u ≡ 1 on regular graphs."""
+    return u + eta * residual(W, u)
+
+
+def out_degree(W: torch.Tensor) -> torch.Tensor:
+    """Messages each node sends this round: non-zero off-diagonal entries of its column."""
+    nz = (W != 0).to(W.dtype)
+    return nz.sum(0) - torch.diagonal(nz)

@@ -1,0 +1,40 @@
+r"""Deep-Squeeze in its Sparse-Push form: error-compensated compressed gossip with push-sum
+(paper Alg. 4; Tang et al. 2019 and Aketi et al. 2021). Matches `gossip_ds` of the official code
+(official-code.md section 1.3), including the self term using the *compressed* C(v_i).
+
+.. math::
+    v_t^{(i)} &= \tilde x_t^{(i)} + \delta_t^{(i)} \\
+    \delta_{t+1}^{(i)} &= v_t^{(i)} - C[v_t^{(i)}] \\
+    x_{t+1}^{(i)} &= \tilde x_t^{(i)} + \eta \sum_{j} (W_{ij} - I_{ij})\, C[v_t^{(j)}] \\
+    u_{t+1}^{(i)} &= u_t^{(i)} + \eta \sum_{j} (W_{ij} - I_{ij})\, u_t^{(j)}
+
+Σ_i x_i is conserved for any column-stochastic W (columns of W − I sum to 0). Without
+compression δ ≡ 0 and the step is D-PSGD/SGP.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..compress import compress
+from .base import GossipCfg, Message, Round, out_degree, push_sum_weights, residual
+
+MESSAGE = Message(push_sum_weight=True)  # node j sends C[v_j] and u_j
+
+
+class State(NamedTuple):
+    delta: torch.Tensor  # (n, d) error-feedback buffer δ, zeros at start
+
+
+def init(x: torch.Tensor, *, topology=None, cfg: GossipCfg | None = None) -> State:
+    return State(delta=torch.zeros_like(x))
+
+
+def step(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, u: torch.Tensor,
+         W: torch.Tensor, t: int, cfg: GossipCfg, layout, generator=None) -> Round:
+    v = x_tilde + state.delta
+    c = compress(v, layout, cfg.compressor, generator)
+    x_next = x_tilde + cfg.eta * residual(W, c)
+    return Round(x=x_next, u=push_sum_weights(u, W, cfg.eta), state=State(delta=v - c),
+                 sent=out_degree(W))

@@ -1,0 +1,317 @@
+"""Layer-wise message compressors C(v) and their byte counts, vectorized over nodes.
+
+Each kind is one `Compressor` entry of `REGISTRY`: how it compresses one tensor (layout segment)
+of every node's message at once, and what that tensor costs on the wire. `compress` and
+`message_bytes` only walk the layout and dispatch to the entry, so a new kind is one entry.
+
+Top-k / QSGD follow the official code (`aparna-aketi/Low_Precision_DL`, adapted from epfml/ChocoSGD;
+official-code.md section 2); min-max 8-bit is Bagua's MinMaxUInt8 scheme (section 11).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
+
+import torch
+
+from lpdl_core.decentral.layout import Layout
+
+BYTES_METRICS = ("exact", "legacy")
+
+# Official UniformQuantize floors the min-max scale here so constant tensors do not divide by 0.
+_MINMAX_SCALE_FLOOR = 1e-8
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressorCfg:
+    """What each node does to a message before sending it.
+
+    Attributes:
+        kind: one of `COMPRESSORS` (a key of `REGISTRY`).
+        ratio: fraction of each tensor DROPPED (official `--k`): 0.99 keeps the top 1% ("99%
+            compression"). Used by topk/randomk only; ignored (but still range-checked) otherwise,
+            as the official code ignores `--k` for QSGD.
+        bits: minmax8 only; 2**bits evenly spaced levels per tensor (8 -> 256 levels).
+        qsgd_level: qsgd only; s = 2**level - 1 levels; 32 returns the tensor unchanged (official).
+        qsgd_biased: qsgd only; scale by 1/(1 + min(m/s^2, sqrt(m)/s)), m = tensor numel.
+        bytes_metric: "exact" (packed wire format) or "legacy" (the official code's count).
+    """
+
+    kind: Literal["identity", "topk", "randomk", "minmax8", "qsgd"] = "identity"
+    ratio: float = 0.0
+    bits: int = 8
+    qsgd_level: int = 8
+    qsgd_biased: bool = False
+    bytes_metric: Literal["exact", "legacy"] = "exact"
+
+    def __post_init__(self) -> None:
+        if self.kind not in REGISTRY:
+            raise ValueError(f"kind must be one of {tuple(REGISTRY)}, got {self.kind!r}")
+        if isinstance(self.ratio, bool) or not isinstance(self.ratio, (int, float)):
+            raise ValueError(f"ratio must be a float in [0, 1), got {self.ratio!r}")
+        if not (0.0 <= float(self.ratio) < 1.0):  # also rejects NaN
+            raise ValueError(f"ratio must be in [0, 1) (fraction dropped), got {self.ratio!r}")
+        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 1 <= self.bits <= 16:
+            raise ValueError(f"bits must be an int in [1, 16], got {self.bits!r}")
+        if (isinstance(self.qsgd_level, bool) or not isinstance(self.qsgd_level, int)
+                or not 1 <= self.qsgd_level <= 32):
+            raise ValueError(f"qsgd_level must be an int in [1, 32], got {self.qsgd_level!r}")
+        if not isinstance(self.qsgd_biased, bool):
+            raise ValueError(f"qsgd_biased must be a bool, got {self.qsgd_biased!r}")
+        if self.bytes_metric not in BYTES_METRICS:
+            raise ValueError(f"bytes_metric must be one of {BYTES_METRICS}, got {self.bytes_metric!r}")
+
+    @property
+    def is_identity(self) -> bool:
+        """True when C(v) == v exactly (so callers may skip compression and error feedback)."""
+        return REGISTRY[self.kind].identity_when(self)
+
+    @property
+    def qsgd_s(self) -> int:
+        """QSGD's number of non-zero levels s = 2**level - 1."""
+        return 2 ** self.qsgd_level - 1
+
+
+# apply(x, out, u, cfg): write C(x) into out; x, out (and u when given) are (n, m) column slices.
+SegmentApply = Callable[[torch.Tensor, torch.Tensor, Optional[torch.Tensor], CompressorCfg], None]
+# wire_bytes(m, cfg, value_bytes): exact bytes of one compressed tensor of m scalars.
+SegmentBytes = Callable[[int, CompressorCfg, int], int]
+
+
+def _never(cfg: CompressorCfg) -> bool:
+    return False
+
+
+def _always(cfg: CompressorCfg) -> bool:
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compressor:
+    """One compressor kind, applied to each tensor (layout segment) of the message on its own.
+
+    apply: C on one segment of all n nodes at once, written into `out` (a view of the result).
+    wire_bytes: exact packed size of one compressed segment (the "exact" byte metric).
+    identity_when: cfg -> True when C(v) == v exactly for that config (compress then clones v).
+    random: draws uniforms: `compress` passes each segment its (n, m) slice of ONE (n, d) draw.
+    zeroed: `out` starts as zeros (apply writes the kept coordinates only), else uninitialized.
+    sparse: sends K = Σ_l kept_count(m_l, ratio) values plus indices, counted 6K+3 by the legacy
+        metric (when not the identity); dense kinds count 4(d+1) there.
+    """
+
+    apply: SegmentApply
+    wire_bytes: SegmentBytes
+    identity_when: Callable[[CompressorCfg], bool] = _never
+    random: bool = False
+    zeroed: bool = False
+    sparse: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("apply", "wire_bytes", "identity_when"):
+            if not callable(getattr(self, name)):
+                raise ValueError(f"Compressor.{name} must be callable, got {getattr(self, name)!r}")
+        for name in ("random", "zeroed", "sparse"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"Compressor.{name} must be a bool, got {getattr(self, name)!r}")
+
+
+def kept_count(numel: int, ratio: float) -> int:
+    """Entries kept by top-k / random-k in one tensor of `numel` scalars.
+
+    Exactly the official `max(1, int(numel * (1 - k)))`, float rounding included (e.g. numel=100,
+    ratio=0.9 keeps 9, not 10), so kept totals match the official measurements.
+    """
+    if numel < 1:
+        raise ValueError(f"numel must be >= 1, got {numel}")
+    return max(1, int(numel * (1 - ratio)))
+
+
+def kept_counts(layout: Layout, ratio: float) -> list[int]:
+    """`kept_count` for every tensor of `layout`, in layout order."""
+    return [kept_count(m, ratio) for m in layout.numels]
+
+
+def index_bytes(numel: int) -> int:
+    """Smallest of 1/2/4/8 bytes whose unsigned range holds every index 0..numel-1."""
+    for b in (1, 2, 4, 8):
+        if numel - 1 < 2 ** (8 * b):
+            return b
+    raise ValueError(f"numel {numel} too large for 8-byte indices")
+
+
+# ----------------------------------------------------------------------------- the kinds
+def _identity_apply(x, out, u, cfg) -> None:
+    out.copy_(x)
+
+
+def _dense_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """value_bytes·m: every value, no indices (the receiver knows the layout)."""
+    return value_bytes * m
+
+
+def _keep_by_score(x: torch.Tensor, out: torch.Tensor, score: torch.Tensor, ratio: float) -> None:
+    """Scatter into (zeroed) out the kept_count(m, ratio) entries of each row with largest score."""
+    k = kept_count(x.shape[1], ratio)
+    if k == x.shape[1]:  # dense segment (tiny tensors with ratio near 0)
+        out.copy_(x)
+        return
+    idx = torch.topk(score, k, dim=1, sorted=False).indices  # (n, k)
+    out.scatter_(1, idx, x.gather(1, idx))
+
+
+def _topk_apply(x, out, u, cfg) -> None:
+    """Top-k: per node the kept_count(m, ratio) largest |x|."""
+    _keep_by_score(x, out, x.abs(), cfg.ratio)
+
+
+def _randomk_apply(x, out, u, cfg) -> None:
+    """Random-k: the k largest of i.i.d. uniforms is a uniform k-subset without replacement.
+    No unbiasing factor m/k (the official random_k does not rescale either)."""
+    _keep_by_score(x, out, u, cfg.ratio)
+
+
+def _sparse_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """k·(value_bytes + index_bytes(m)), k = kept_count(m, ratio); no indices when k == m."""
+    k = kept_count(m, cfg.ratio)
+    return k * value_bytes if k == m else k * (value_bytes + index_bytes(m))
+
+
+def _keeps_all(cfg: CompressorCfg) -> bool:
+    return cfg.ratio == 0.0
+
+
+def _minmax_apply(x, out, u, cfg) -> None:
+    r"""Min-max affine quantization to L = 2^bits levels, nearest rounding, dequantized:
+    s = max((hi - lo)/(L - 1), 1e-8), C(x) = lo + s·round(clamp((x - lo)/s, 0, L - 1))."""
+    levels = 2 ** cfg.bits
+    lo = x.amin(dim=1, keepdim=True)
+    hi = x.amax(dim=1, keepdim=True)
+    scale = ((hi - lo) / (levels - 1)).clamp_min(_MINMAX_SCALE_FLOOR)
+    q = torch.round(((x - lo) / scale).clamp(0, levels - 1))
+    out.copy_(q * scale + lo)
+
+
+def _minmax_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """ceil(m·bits/8) packed levels + 8 (min and scale as float32)."""
+    return math.ceil(m * cfg.bits / 8) + 2 * 4
+
+
+def _qsgd_apply(x, out, u, cfg) -> None:
+    r"""QSGD: C(x) = sign(x)·||x||·ξ/s, ξ = stochastic rounding of s|x|/||x|| (up with probability
+    its fractional part, so unbiased); biased: also divided by 1 + min(m/s², √m/s). An all-zero
+    tensor maps to zeros where the official code would produce NaN."""
+    s, m = cfg.qsgd_s, x.shape[1]
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    # A zero-norm tensor has |x| = 0 everywhere, so dividing by 1 instead gives level 0.
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    level_float = s * x.abs() / safe
+    prev = torch.floor(level_float)
+    up = (u < (level_float - prev)).to(x.dtype)
+    q = torch.sign(x) * norm * (prev + up) / s
+    if cfg.qsgd_biased:
+        q = q / (1.0 + min(m / s ** 2, math.sqrt(m) / s))
+    out.copy_(q)
+
+
+def _qsgd_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
+    """4 (norm, float32) + ceil(m·(level + 1)/8): level bits plus a sign bit per scalar."""
+    bits_per_level = math.ceil(math.log2(cfg.qsgd_s + 1))  # == qsgd_level
+    return 4 + math.ceil(m * (bits_per_level + 1) / 8)
+
+
+def _qsgd_exact(cfg: CompressorCfg) -> bool:
+    return cfg.qsgd_level == 32  # official: level 32 returns the tensor unchanged
+
+
+REGISTRY: dict[str, Compressor] = {
+    "identity": Compressor(apply=_identity_apply, wire_bytes=_dense_bytes, identity_when=_always),
+    "topk": Compressor(apply=_topk_apply, wire_bytes=_sparse_bytes, identity_when=_keeps_all,
+                       zeroed=True, sparse=True),
+    "randomk": Compressor(apply=_randomk_apply, wire_bytes=_sparse_bytes, identity_when=_keeps_all,
+                          random=True, zeroed=True, sparse=True),
+    "minmax8": Compressor(apply=_minmax_apply, wire_bytes=_minmax_bytes),
+    "qsgd": Compressor(apply=_qsgd_apply, wire_bytes=_qsgd_bytes, identity_when=_qsgd_exact, random=True),
+}
+COMPRESSORS = tuple(REGISTRY)  # the built-in kinds, in registry order
+
+
+# ----------------------------------------------------------------------------- dispatch
+def _uniform(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    # Sample on the generator's own device (a CPU generator cannot drive CUDA sampling), then move,
+    # so a seeded CPU generator gives the same draws whatever device the state lives on.
+    dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
+    device = generator.device if generator is not None else like.device
+    return torch.rand(shape, generator=generator, device=device, dtype=dtype).to(like.device)
+
+
+def compress(v: torch.Tensor, layout: Layout, cfg: CompressorCfg,
+             generator: torch.Generator | None = None) -> torch.Tensor:
+    """Apply the layer-wise compressor to every node's message at once.
+
+    Args:
+        v: `(n, d)` floating tensor, row i = node i's message, columns laid out by `layout`.
+        layout: parameter layout; each segment (tensor) is compressed on its own.
+        cfg: which compressor (`REGISTRY[cfg.kind]`).
+        generator: RNG for the random kinds (randomk, qsgd; global RNG if None); unused otherwise.
+
+    Returns:
+        Dense `(n, d)` tensor C(v), same dtype/device as `v`, zeros at dropped coordinates.
+        topk: per node per tensor the `kept_count` largest |v|. randomk: `kept_count` uniform
+        coordinates per node per tensor, without replacement and WITHOUT the unbiasing factor
+        numel/kept (the official random_k does not rescale either; it is a biased, contractive
+        operator like top-k, suitable for error feedback). minmax8: per node per tensor min-max
+        affine quantization to 2**bits levels, nearest rounding, dequantized. qsgd: official QSGD
+        (stochastic rounding of s|x|/||x||, sign kept); an all-zero tensor maps to zeros where the
+        official code would produce NaN.
+    """
+    if v.dim() != 2 or v.shape[1] != layout.d:
+        raise ValueError(f"v must have shape (n, {layout.d}), got {tuple(v.shape)}")
+    if not v.is_floating_point():
+        raise ValueError(f"v must be floating point, got {v.dtype}")
+    if cfg.is_identity:
+        return v.clone()
+
+    entry = REGISTRY[cfg.kind]
+    out = torch.zeros_like(v) if entry.zeroed else torch.empty_like(v)
+    # One draw for the whole (n, d) block: row i's draws are then the same as a per-node loop
+    # would get from the same generator on CPU (sequential stream), which the tests rely on.
+    u = _uniform((v.shape[0], layout.d), v, generator) if entry.random else None
+    for seg in layout.segments():
+        cols = slice(seg.start, seg.stop)
+        entry.apply(v[:, cols], out[:, cols], None if u is None else u[:, cols], cfg)
+    return out
+
+
+def message_bytes(layout: Layout, cfg: CompressorCfg, *, value_bytes: int = 4,
+                  push_sum_weight: bool = True) -> int:
+    """Bytes of ONE message from one node to one out-neighbour.
+
+    Args:
+        layout: parameter layout of the message.
+        cfg: compressor; `cfg.bytes_metric` picks the accounting.
+        value_bytes: bytes per transmitted value (exact metric only; 4 = float32).
+        push_sum_weight: add 4 bytes for the push-sum weight u, sent as float32 (exact only).
+
+    Returns:
+        exact: Σ_l wire_bytes(m_l) of the kind's entry, or value_bytes*d when C is the identity;
+        plus 4 for u. Per tensor of m scalars: identity value_bytes*m; topk/randomk
+        kept*(value_bytes + index_bytes(m)), with indices omitted for a tensor sent whole
+        (kept == m, the receiver knows the layout); minmax8 ceil(m*bits/8) + 8 (min and scale as
+        float32); qsgd 4 (norm) + ceil(m*(level + 1)/8) (level bits plus a sign bit).
+        legacy (official bookkeeping, section 2): 4*(d+1) for every dense message, including
+        qsgd and minmax8 (the code never packs bits), and 6*K+3 for sparse kinds (topk/randomk)
+        with ratio > 0, K = total kept; `value_bytes` and `push_sum_weight` are ignored (u is
+        built in).
+    """
+    entry = REGISTRY[cfg.kind]
+    if cfg.bytes_metric == "legacy":
+        if entry.sparse and not cfg.is_identity:
+            return 6 * sum(kept_counts(layout, cfg.ratio)) + 3
+        return 4 * (layout.d + 1)
+
+    if cfg.is_identity:
+        total = value_bytes * layout.d
+    else:
+        total = sum(entry.wire_bytes(m, cfg, value_bytes) for m in layout.numels)
+    return total + (4 if push_sum_weight else 0)

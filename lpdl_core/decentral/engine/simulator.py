@@ -1,0 +1,151 @@
+"""The n-node simulator: n replicas of one model on one device, all state stacked (n, d).
+
+One training iteration at every node i (official-code.md section 1.2, made synchronous):
+  1. forward/backward at the de-biased model z_i = x_i / u_i on node i's minibatch -> g_i;
+  2. local step x̃_i = x_i - lr·d_i (SGD-Nesterov with weight decay, or QGM);
+  3. gossip round of the configured algorithm -> x_{t+1}, u_{t+1} (and QGM's correction);
+  4. z = x / u, written in place into the buffer the executor's modules read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...config import DEVICES  # noqa: E402
+from ...errors import DeviceUnavailable
+from .. import algorithms, optim
+from ..algorithms.base import GossipCfg
+from ..compress import message_bytes
+from ..layout import Layout
+from ..optim import OptimCfg
+from ..topology import Topology
+from .executors import EXECUTORS, make_executor
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineCfg:
+    """How the simulation runs (never what it computes).
+
+    executor: "loop" or "batched" (same math; see executors.py).
+    device: "auto" picks CUDA when available, else CPU. All node state lives there.
+    seed: seeds model initialisation (identical on all nodes, as the official code) and the
+        compressors' random draws.
+    """
+
+    executor: Literal["loop", "batched"] = "loop"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    seed: int = 1234
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"engine.executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"engine.device must be one of {DEVICES}, got {self.device!r}")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DeviceUnavailable("device 'cuda' was asked for but torch sees no CUDA device "
+                                "(use device auto or cpu)")
+    return torch.device(name)
+
+
+class Simulator:
+    """Holds x (numerators), u (push-sum weights), z = x/u, optimizer and algorithm state."""
+
+    def __init__(self, make_model: Callable[[], nn.Module], *, topology: Topology,
+                 gossip: GossipCfg = GossipCfg(), optim_cfg: OptimCfg = OptimCfg(),
+                 engine: EngineCfg = EngineCfg(),
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy):
+        self.topology, self.gossip_cfg, self.optim_cfg, self.engine_cfg = topology, gossip, optim_cfg, engine
+        self.device = resolve_device(engine.device)
+        n = self.n = topology.n
+        torch.manual_seed(engine.seed)  # every node starts from the same x_0
+        model0 = make_model()
+        self.layout = Layout.from_module(model0)
+        x0 = self.layout.flatten([p.detach() for p in model0.parameters() if p.requires_grad])
+        self.x = x0.to(self.device).unsqueeze(0).repeat(n, 1)
+        self.u = torch.ones(n, device=self.device, dtype=self.x.dtype)
+        self.z = self.x.clone()
+        self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn)
+        self.algorithm = algorithms.get(gossip.algorithm)
+        self.algo_state = self.algorithm.init(self.x, topology=topology, cfg=gossip)
+        self.opt_state = optim.init(self.x, optim_cfg)
+        self.generator = torch.Generator(device=self.device).manual_seed(engine.seed + 1)
+        self.t = 0  # gossip rounds done
+        self.bytes_sent = torch.zeros(n, dtype=torch.float64, device=self.device)
+        # Per message: the compressed payload, plus u_j if the algorithm sends its push-sum weight.
+        self.message_bytes = message_bytes(self.layout, gossip.compressor,
+                                           push_sum_weight=self.algorithm.MESSAGE.push_sum_weight)
+        self._W: dict[int, torch.Tensor] = {}
+
+    def W(self, t: int) -> torch.Tensor:
+        key = t % self.topology.period
+        if key not in self._W:
+            self._W[key] = torch.as_tensor(self.topology.W(t), dtype=self.x.dtype, device=self.device)
+        return self._W[key]
+
+    def train_step(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
+        """One iteration on node-stacked batches xb (n, B, ...), yb (n, B). Returns losses (n,)."""
+        losses, g = self.executor.loss_and_grad(xb, yb)
+        x_tilde, self.opt_state = optim.local_step(self.x, g, self.opt_state, lr, self.optim_cfg)
+        self._gossip(x_tilde, lr)
+        return losses
+
+    def gossip_round(self) -> None:
+        """A gossip-only round (no optimizer step): the official protocol's final R rounds."""
+        self._gossip(self.x, None)
+
+    def _gossip(self, x_tilde: torch.Tensor, lr: float | None) -> None:
+        r = self.algorithm.step(self.algo_state, x=self.x, x_tilde=x_tilde, u=self.u, W=self.W(self.t),
+                                t=self.t, cfg=self.gossip_cfg, layout=self.layout,
+                                generator=self.generator)
+        if lr is not None:
+            self.opt_state = optim.qgm_correct(self.opt_state, r.x, x_tilde, r.u, lr, self.optim_cfg)
+        self.x, self.u, self.algo_state = r.x, r.u, r.state
+        self.bytes_sent += r.sent.to(torch.float64) * self.message_bytes
+        self.t += 1
+        self.z.copy_(self.x / self.u[:, None])
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue bit-exactly: node state, optimizer and algorithm state,
+        per-node buffers, round counter, bytes sent and the compressor RNG. Plain tensors, dicts
+        and numbers only, so torch.load(weights_only=True) can read it."""
+        algo = {k: v for k, v in self.algo_state._asdict().items()}
+        return {"x": self.x, "u": self.u, "opt_buf": self.opt_state.buf, "opt_buf2": self.opt_state.buf2,
+                "opt_step": self.opt_state.step, "algo": algo, "t": self.t,
+                "bytes_sent": self.bytes_sent, "buffers": self.executor.stacked_buffers(),
+                "generator": self.generator.get_state(), "layout_d": self.layout.d,
+                "algorithm": self.gossip_cfg.algorithm}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd["layout_d"] != self.layout.d or sd["algorithm"] != self.gossip_cfg.algorithm:
+            raise ValueError("checkpoint was written by a different model or algorithm")
+        dev = self.device
+        own = lambda t: t.to(dev).clone()  # noqa: E731  (never alias the caller's tensors)
+        self.x, self.u = own(sd["x"]), own(sd["u"])
+        buf2 = sd.get("opt_buf2")
+        self.opt_state = optim.OptimState(buf=own(sd["opt_buf"]), step=int(sd.get("opt_step", 0)),
+                                          buf2=own(buf2) if buf2 is not None else None)
+        fields = {k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in sd["algo"].items()}
+        self.algo_state = type(self.algo_state)(**fields)
+        self.t = int(sd["t"])
+        self.bytes_sent = own(sd["bytes_sent"])
+        self.executor.load_buffers({k: v.to(dev) for k, v in sd["buffers"].items()})
+        self.generator.set_state(sd["generator"])
+        self.z.copy_(self.x / self.u[:, None])
+
+    @property
+    def average(self) -> torch.Tensor:
+        """The parameter-averaged de-biased model z̄ = (1/n) Σ_i z_i, shape (d,)."""
+        return self.z.mean(0)
+
+    def consensus_distance(self) -> float:
+        """Ξ = sqrt((1/n) Σ_i ||z_i − z̄||²) (Kong et al. 2021)."""
+        return float(((self.z - self.average) ** 2).sum(1).mean().sqrt())

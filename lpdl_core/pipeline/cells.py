@@ -1,0 +1,239 @@
+"""The paper's cells as data: one row of workflow/paper/<table>.csv = one training run.
+
+`load_cells()` reads and validates every row (errors name the file and line); `Cell.cell_id`
+is a readable unique slug such as ``t2-resnet20-dring8-c99-s0.8-choco-int8``.
+workflow/paper/README.md documents the columns and every assumption behind them.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..config import (
+    ALGORITHMS,
+    GRAPHS,
+    MODELS,
+    NORMS,
+    OPTIMIZERS,
+    PACKAGE_DIR,
+    PAPER_DATASETS,
+    PRECISIONS,
+    SCHEDULES,
+    TABLES,
+    TEXT_MODELS,
+)
+from ..errors import ConfigError
+
+# rows per artifact in the paper (fig1: one run per normalization layer compared)
+expected_counts = {"table1": 14, "table2": 128, "table3": 16, "table4": 16, "table5": 48, "fig1": 4}
+assert tuple(expected_counts) == TABLES
+
+CELL_MOMENTA = ("nesterov", "qgm", "none")   # the paper's: local Nesterov SGD, QGM, or Adam's own
+NLP_MODELS = TEXT_MODELS
+FP_NORMS = ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")  # as lpdl_core.quant.norms.make_norm
+LP_NORMS = ("range-evonorm", "range-bn")
+TOPO_SHORT = {"directed-ring": "dring", "grid-official": "grid", "time-varying-exponential": "tvexp",
+              "random-directed": "rdir", "exponential": "exp"}
+
+
+class CellError(ConfigError):
+    """A cell's column holds an invalid value."""
+
+    def __init__(self, column: str, why: str):
+        super().__init__(f"{column}: {why}")
+        self.column, self.why = column, why
+
+
+_MODEL_DATA = {"resnet20": ("cifar10", "cifar100"), "resnet54": ("cifar10", "cifar100"),
+               "resnet18": ("imagenette",), "distilbert": ("agnews", "sentlen")}
+
+
+# column -> its valid values, all from the torch-free vocabulary (lpdl_core.config)
+NAMES: dict[str, tuple[str, ...]] = dict(
+    topology=GRAPHS + ("single",), algorithm=ALGORITHMS + ("none",), dataset=PAPER_DATASETS, model=MODELS,
+    norm=NORMS + ("none",), lr_schedule=SCHEDULES, precision=PRECISIONS, momentum=CELL_MOMENTA,
+    optimizer=OPTIMIZERS, table=TABLES)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    table: str
+    block: str
+    dataset: str
+    model: str
+    nodes: int
+    topology: str
+    compression: int          # percent of each tensor dropped by top-k (0 = dense)
+    eta: float                # averaging rate (consensus step)
+    skew: float
+    algorithm: str
+    precision: str            # fp32 | int8
+    momentum: str
+    norm: str
+    optimizer: str
+    lr: float
+    lr_schedule: str
+    milestones: tuple[int, ...] = ()
+    epochs: int
+    batch_per_node: int
+    final_gossip_rounds: int
+    seed: int
+    paper_acc: float | None = None
+    notes: str = ""
+
+    def _fail(self, column: str, msg: str) -> None:
+        raise CellError(column, msg)
+
+    def __post_init__(self) -> None:
+        for col in ("eta", "skew", "lr"):
+            if not math.isfinite(getattr(self, col)):
+                self._fail(col, f"must be a finite number, got {getattr(self, col)}")
+        for col, valid in NAMES.items():
+            if getattr(self, col) not in valid:
+                self._fail(col, f"{getattr(self, col)!r} is not one of {', '.join(valid)}")
+        if self.dataset not in _MODEL_DATA.get(self.model, ("cifar10", "cifar100", "imagenette")):
+            self._fail("dataset", f"model {self.model} is not built for {self.dataset}")
+        if self.nodes < 1:
+            self._fail("nodes", f"must be >= 1, got {self.nodes}")
+        single = self.nodes == 1
+        if (self.topology == "single") != single or (self.algorithm == "none") != single:
+            self._fail("topology", "topology 'single', nodes 1 and algorithm 'none' go together")
+        if not 0 <= self.compression < 100:
+            self._fail("compression", f"must be a percent in [0, 100), got {self.compression}")
+        if not 0.0 < self.eta <= 1.0 or (self.compression == 0 and self.eta != 1.0):
+            self._fail("eta", f"must be in (0, 1] and 1.0 without compression, got {self.eta}")
+        if not 0.0 <= self.skew <= 1.0:
+            self._fail("skew", f"must be in [0, 1], got {self.skew}")
+        nlp = self.model in NLP_MODELS
+        if (self.norm == "none") != nlp:
+            self._fail("norm", "'none' exactly for the NLP models")
+        if not nlp and self.norm not in (LP_NORMS if self.precision == "int8" else FP_NORMS):
+            self._fail("norm", f"{self.norm} does not fit precision {self.precision}")
+        if (self.optimizer == "adam") != (self.momentum == "none"):
+            self._fail("momentum", "adam goes with momentum 'none', sgd with nesterov or qgm")
+        if self.lr <= 0:
+            self._fail("lr", f"must be > 0, got {self.lr}")
+        if (self.lr_schedule == "multistep") != bool(self.milestones):
+            self._fail("milestones", "given exactly for the 'multistep' schedule")
+        ms = list(self.milestones)
+        if ms != sorted(set(ms)) or any(not 0 < m < self.epochs for m in ms):
+            self._fail("milestones", f"must increase strictly within (0, epochs), got {self.milestones}")
+        for col in ("epochs", "batch_per_node"):
+            if getattr(self, col) < 1:
+                self._fail(col, f"must be >= 1, got {getattr(self, col)}")
+        if self.final_gossip_rounds < 0 or (self.nodes == 1 and self.final_gossip_rounds):
+            self._fail("final_gossip_rounds", "must be >= 0, and 0 for a single node")
+        if self.paper_acc is not None and not 0.0 <= self.paper_acc <= 100.0:
+            self._fail("paper_acc", f"must be a percentage, got {self.paper_acc}")
+
+    @property
+    def cell_id(self) -> str:
+        """t<k>-[dataset-]model-<topo><n>-c<comp>-s<skew>-<algorithm>-<precision>[-qgm][-<norm>].
+
+        The dataset is named unless it is CIFAR-10; momentum is added when it is QGM and the norm
+        for Figure 1 (their only varying axes)."""
+        table = "t" + self.table.removeprefix("table") if self.table.startswith("table") else self.table
+        topo = TOPO_SHORT.get(self.topology, self.topology)
+        topo = "single" if topo == "single" else f"{topo}{self.nodes}"
+        parts = [table] + ([self.dataset] if self.dataset != "cifar10" else []) + [
+            self.model, topo, f"c{self.compression}", f"s{self.skew:g}", self.algorithm, self.precision]
+        if self.momentum == "qgm":
+            parts.append("qgm")
+        if self.table == "fig1":
+            parts.append(self.norm)
+        return "-".join(parts)
+
+
+_INT = {"nodes", "compression", "epochs", "batch_per_node", "final_gossip_rounds", "seed"}
+_FLOAT = {"eta", "skew", "lr"}
+COLUMNS = tuple(f.name for f in fields(Cell))
+
+
+def _convert(col: str, text: str):
+    text = text.strip()
+    if col in _INT:
+        return int(text)
+    if col in _FLOAT:
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
+    if col == "milestones":
+        return tuple(int(m) for m in text.split(";")) if text else ()
+    if col == "paper_acc":
+        if not text:
+            return None
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
+    return text
+
+
+def _default_dir(paper_dir: str | Path) -> Path:
+    p = Path(paper_dir)
+    if not p.is_absolute() and not p.exists():  # relative to the repository, wherever pytest runs
+        p = PACKAGE_DIR.parent / p
+    return p
+
+
+def load_cells(paper_dir: str | Path = "workflow/paper", tables=None) -> list[Cell]:
+    """Read and validate <paper_dir>/<table>.csv for each table (default: every table file that
+    exists there; naming a table whose file is missing is an error). Every malformed row, and a
+    cell id used twice, is a ConfigError `file:line: column: why`."""
+    root = _default_dir(paper_dir)
+    if not root.is_dir():
+        raise ConfigError(f"paper dir {paper_dir}: no such folder (it holds the paper's cells as "
+                          f"table1.csv ... fig1.csv)")
+    if tables is None:
+        tables = [t for t in expected_counts if (root / f"{t}.csv").exists()]
+        if not tables:
+            raise ConfigError(f"no table CSVs ({', '.join(expected_counts)}) in {root}")
+    for table in tables:
+        if table not in expected_counts:
+            raise ConfigError(f"table {table!r} is not one of {', '.join(expected_counts)}")
+    cells: list[Cell] = []
+    seen: dict[str, str] = {}
+    for table in tables:
+        path = root / f"{table}.csv"
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such file (the cells of {table})")
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            if tuple(reader.fieldnames or ()) != COLUMNS:
+                raise ConfigError(f"{path}:1: header: must be exactly {','.join(COLUMNS)}")
+            for row in reader:
+                where = f"{path}:{reader.line_num}"
+                if None in row:
+                    raise ConfigError(f"{where}: (row): more fields than the {len(COLUMNS)} columns")
+                kwargs = {}
+                for col in COLUMNS:
+                    if row[col] is None:
+                        raise ConfigError(f"{where}: {col}: missing (fewer fields than the {len(COLUMNS)} columns)")
+                    try:
+                        kwargs[col] = _convert(col, row[col])
+                    except ValueError as e:
+                        raise ConfigError(f"{where}: {col}: cannot parse {row[col]!r} ({e})") from None
+                if kwargs["table"] != table:
+                    raise ConfigError(f"{where}: table: is {kwargs['table']!r}, expected {table!r}")
+                try:
+                    cell = Cell(**kwargs)
+                except CellError as e:
+                    raise ConfigError(f"{where}: {e.column}: {e.why}") from None
+                if cell.cell_id in seen:
+                    raise ConfigError(f"{where}: cell_id: {cell.cell_id} is already defined at {seen[cell.cell_id]}")
+                seen[cell.cell_id] = where
+                cells.append(cell)
+    return cells
+
+
+def cells_by_id(cells) -> dict[str, Cell]:
+    """{cell_id: cell}; raises on a duplicate id."""
+    out: dict[str, Cell] = {}
+    for c in cells:
+        if c.cell_id in out:
+            raise ConfigError(f"duplicate cell id {c.cell_id!r}")
+        out[c.cell_id] = c
+    return out

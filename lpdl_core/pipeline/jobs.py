@@ -1,0 +1,55 @@
+"""Which cells run together in one training job (one process). Torch-free: Snakemake plans with it.
+
+A job's fixed cost (starting Python, importing torch, loading the data: about 3 s here) is larger
+than a whole mini cell's training, so the mini profile runs a block's cells of one precision in
+one process (`cells_per_job: block`). Each cell still has its own run folder, checkpoint, resume
+and identity check; a cell whose mini run is another cell's (lpdl_core.pipeline.mini.same_runs) joins that
+cell's job and is recorded as the same run, not trained twice. The paper profile runs one cell
+per job (`cells_per_job: cell`): its cells take hours, and a cluster schedules each on its own.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..config import CELLS_PER_JOB
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str                   # the job's log and benchmark folder, e.g. "table2-resnet20-dring8-fp32"
+    cells: tuple[str, ...]      # cell ids, primaries before the cells that share their run
+    shares: tuple[tuple[str, str], ...] = ()  # (cell, primary): cells recorded as a primary's run
+
+    @property
+    def rule(self) -> str:
+        """The Snakemake rule name: "train_" + the name as an identifier."""
+        return "train_" + re.sub(r"[^0-9a-zA-Z]+", "_", self.name).strip("_")
+
+
+def default_cells_per_job(profile: str) -> str:
+    return "block" if profile == "mini" else "cell"
+
+
+def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job]:
+    """The training jobs for `cells` (lpdl_core.pipeline.cells.Cell, in paper order)."""
+    from .mini import same_runs
+
+    per = cells_per_job or default_cells_per_job(profile)
+    if per not in CELLS_PER_JOB:
+        raise ValueError(f"cells_per_job must be one of {', '.join(CELLS_PER_JOB)}, got {per!r}")
+    if per == "cell":
+        return [Job(name=c.cell_id, cells=(c.cell_id,)) for c in cells]
+    shared = same_runs(cells) if profile == "mini" else {}
+    by_id = {c.cell_id: c for c in cells}
+    groups: dict[str, list[str]] = {}
+    for c in cells:
+        home = by_id[shared.get(c.cell_id, c.cell_id)]
+        groups.setdefault(f"{home.table}-{home.block}-{home.precision}", []).append(c.cell_id)
+    jobs = []
+    for name, ids in groups.items():
+        primaries = [i for i in ids if i not in shared]
+        followers = [i for i in ids if i in shared]
+        jobs.append(Job(name=name, cells=tuple(primaries + followers),
+                        shares=tuple((i, shared[i]) for i in followers)))
+    return jobs

@@ -1,0 +1,130 @@
+"""The mini profile's protocol: how a paper cell becomes a run that learns on a laptop, and which
+cells' mini runs are one and the same run. Torch-free (Snakemake plans with it).
+
+Every axis of the cell is kept: nodes, topology, skew, compression, eta, algorithm, precision,
+momentum, norm, optimizer, final gossip rounds. What changes, the same way for every cell of a
+table (so cells stay comparable), and is recorded in each run's mapping:
+
+* images: CIFAR-10 and Imagenette -> the digits stand-in at its native 8x8, no augmentation; each
+  paper model -> its own stand-in of the same family (models/mini.py);
+* text: AG News / Sentlen -> the stdlib-prose stand-ins (MiniLM tokenizer, 32 tokens); DistilBERT
+  -> a tiny DistilBERT (dim 64, 1 layer) whose frozen word embeddings are MiniLM's pretrained
+  ones projected on their top 64 principal components (the paper fine-tunes a pretrained model;
+  a random-init one learns too little from 1,344 sentences);
+* global batch / BATCH_DIVISOR (so batch per node / BATCH_DIVISOR: one rule for every table);
+* epochs per data kind, and a per-step schedule (linear warm-up over WARMUP_FRACTION of the steps,
+  then cosine to 0) instead of the paper's 200-epoch milestones: a few hundred steps in all;
+* text: Adam at TEXT_LR (3e-5 is a fine-tuning rate for a pretrained model).
+
+Same run: with no compression and eta = 1, DS and CHOCO are both exactly D-PSGD/SGP (see their
+docstrings), so their mini runs are computed once. So are any two cells whose mini runs are
+defined by the same values (`run_key`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import MINI_STANDINS
+
+IMAGE_SIZE = 8
+BATCH_DIVISOR = 4
+IMAGE_EPOCHS = 6
+TEXT_EPOCHS = 6
+WARMUP_FRACTION = 0.3
+TEXT_LR = 5e-3
+TEXT_MAX_LENGTH = 32
+CURVE_EVAL_SAMPLES = 120
+TEXT_STANDINS = {"agnews": "topics-standin", "sentlen": "sentlen-standin"}
+TEXT_CLASSES = {"agnews": 4, "sentlen": 6}
+TINY_DISTILBERT = dict(dim=64, n_layers=1, n_heads=2, hidden_dim=128)
+STANDINS = MINI_STANDINS  # paper model -> (stand-in, what it is)
+
+
+def standin(model: str) -> tuple[str, str]:
+    """(name, description) of a paper model's mini stand-in; ValueError for a model without one."""
+    if model not in STANDINS:
+        raise ValueError(f"no mini stand-in for model {model!r}; models with one: {', '.join(STANDINS)}")
+    return STANDINS[model]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiniRun:
+    """What a cell's mini run uses in place of the paper's protocol."""
+
+    dataset: str
+    dataset_kwargs: tuple[tuple[str, object], ...]
+    model: str                  # the stand-in's name
+    epochs: int
+    lr: float
+    batch_per_node: int
+    schedule: str               # "cosine"
+    warmup_fraction: float
+    mapping: tuple[str, ...]    # one line per changed value
+
+
+def mini_batch(batch_per_node: int) -> int:
+    """The mini batch per node: the paper's / BATCH_DIVISOR, at least 1."""
+    return max(1, batch_per_node // BATCH_DIVISOR)
+
+
+def mini_run(cell) -> MiniRun:
+    """The mini protocol of one cell (an lpdl_core.pipeline.cells.Cell)."""
+    batch = mini_batch(cell.batch_per_node)
+    common = [f"batch per node {cell.batch_per_node} -> {batch} (global batch / {BATCH_DIVISOR}, every table)"]
+    if cell.model == "distilbert":
+        dataset = TEXT_STANDINS[cell.dataset]
+        epochs, lr = TEXT_EPOCHS, TEXT_LR
+        tiny = ", ".join(f"{k} {v}" for k, v in TINY_DISTILBERT.items())
+        mapping = [f"dataset {cell.dataset} -> {dataset} (MiniLM tokenizer, {TEXT_MAX_LENGTH} tokens)",
+                   f"model distilbert -> tiny DistilBERT ({tiny}), frozen word embeddings = MiniLM's "
+                   f"pretrained ones on their top {TINY_DISTILBERT['dim']} principal components",
+                   f"epochs {cell.epochs} -> {epochs}", f"lr {cell.lr:g} -> {lr:g}"]
+        kwargs = (("max_length", TEXT_MAX_LENGTH), ("tokenizer", "minilm"))
+        model = "distilbert-tiny"
+    else:
+        dataset, epochs, lr = "digits", IMAGE_EPOCHS, cell.lr
+        name, note = standin(cell.model)
+        mapping = [f"dataset {cell.dataset} -> digits stand-in (native {IMAGE_SIZE} px, no augmentation)",
+                   f"model {cell.model} -> {name}: {note}", f"epochs {cell.epochs} -> {epochs}"]
+        kwargs = (("augment", "none"), ("image_size", IMAGE_SIZE), ("standin_for", cell.dataset))
+        model = name
+    schedule = (f"lr schedule {cell.lr_schedule} -> per-step linear warm-up over "
+                f"{WARMUP_FRACTION:.0%} of the steps, then cosine to 0")
+    mapping += common + [schedule,
+                         f"per-epoch curve on {CURVE_EVAL_SAMPLES} test samples (final metrics on the whole test set)"]
+    return MiniRun(dataset=dataset, dataset_kwargs=kwargs, model=model, epochs=epochs, lr=lr,
+                   batch_per_node=batch, schedule="cosine", warmup_fraction=WARMUP_FRACTION,
+                   mapping=tuple(mapping))
+
+
+def gossip_kind(cell) -> str:
+    """The gossip a cell's run computes: "dpsgd" where DS or CHOCO reduce to D-PSGD/SGP exactly
+    (no compression, eta = 1), else the cell's algorithm."""
+    if cell.algorithm in ("ds", "choco", "dpsgd") and cell.compression == 0 and cell.eta == 1.0:
+        return "dpsgd"
+    return cell.algorithm
+
+
+RUN_AXES = ("dataset", "model", "nodes", "topology", "compression", "eta", "skew", "precision", "momentum",
+            "norm", "optimizer", "lr", "batch_per_node", "final_gossip_rounds")
+
+
+def run_key(cell, seed: int) -> tuple:
+    """Everything a mini run is computed from: cells with equal keys have identical mini runs.
+    (Table, block, epochs and schedule of the paper do not enter: the mini protocol sets them by
+    data kind.)"""
+    return (gossip_kind(cell), seed) + tuple(getattr(cell, k) for k in RUN_AXES)
+
+
+def same_runs(cells, seed: int = 0) -> dict[str, str]:
+    """cell_id -> the cell_id whose mini run it shares (the first in paper order), for every cell
+    whose run is computed by another cell. Cells computed themselves are absent."""
+    first: dict[tuple, str] = {}
+    out = {}
+    for c in cells:
+        k = run_key(c, seed)
+        if k in first:
+            out[c.cell_id] = first[k]
+        else:
+            first[k] = c.cell_id
+    return out

@@ -1,0 +1,197 @@
+"""A paper cell + a profile -> one concrete, resumable training run.
+
+Profiles:
+  paper: the cell exactly as the paper ran it (real dataset, real model, all epochs).
+  mini:  every axis of the cell kept (nodes, topology, skew, compression, eta, algorithm,
+         precision, momentum, norm, optimizer, final gossip rounds), mapped onto embedded data and
+         one small stand-in model per paper model, with a short protocol that learns
+         (lpdl_core.pipeline.mini documents it). Mini numbers are never paper reproductions: every result
+         records the mapping it used.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from ..config import Fidelity
+from ..decentral.algorithms.base import GossipCfg
+from ..decentral.compress import CompressorCfg
+from ..decentral.engine import EngineCfg
+from ..decentral.optim import OptimCfg
+from ..decentral.topology import Topology
+from ..errors import ConfigError
+from ..quant.quantizer import QuantCfg
+from ..training.schedule import ScheduleCfg
+from ..training.train import RunCfg, train
+from .cells import Cell
+from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
+from .runstore import check_writable_dir  # noqa: F401  (re-exported)
+
+PROFILES = ("mini", "paper")
+
+
+def quant_cfg(fidelity: Fidelity) -> QuantCfg:
+    """The 8-bit layers' settings a fidelity asks for."""
+    if fidelity.official_quant:
+        return QuantCfg(measure_as_parameters=True, act_rounding="stochastic", eval_rounding="stochastic")
+    return QuantCfg()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    cell_id: str
+    profile: str
+    dataset: str
+    dataset_kwargs: dict
+    model: str
+    topology: Topology
+    gossip: GossipCfg
+    optim: OptimCfg
+    run: RunCfg
+    fidelity: Fidelity
+    mapping: tuple[str, ...] = ()
+    make_model: Callable | None = field(default=None, compare=False, repr=False)
+
+
+def _topology(cell: Cell) -> Topology:
+    return Topology(name="complete" if cell.topology == "single" else cell.topology, n=cell.nodes)
+
+
+def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
+              fidelity: Fidelity = Fidelity(), data_root: str | None = None) -> Plan:
+    if profile not in PROFILES:
+        raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    text = cell.model == "distilbert"
+    lp = cell.precision == "int8"
+    qcfg = quant_cfg(fidelity) if lp else None
+    mapping: list[str] = []
+    comp = CompressorCfg(kind="topk", ratio=cell.compression / 100, bytes_metric=fidelity.bytes_metric) \
+        if cell.compression else CompressorCfg(bytes_metric=fidelity.bytes_metric)
+    gossip = GossipCfg(algorithm="dpsgd" if cell.algorithm == "none" else cell.algorithm, eta=cell.eta,
+                       compressor=comp, choco_form=fidelity.choco_form, choco_replicas=fidelity.choco_replicas)
+    if cell.optimizer == "adam":
+        optim = OptimCfg(momentum="adam", beta=0.9, beta2=0.9, weight_decay=1e-4)
+    else:
+        optim = OptimCfg(momentum=cell.momentum, beta=0.9, weight_decay=1e-4)
+    seed = cell.seed if seed is None else seed
+    curve_k = None
+    if profile == "paper":
+        # official 0.1x warm-up epoch for CNNs
+        sched = ScheduleCfg(kind=cell.lr_schedule, milestones=cell.milestones, warmup_epochs=0 if text else 1)
+        dataset, dkw, model = cell.dataset, {"root": data_root}, cell.model
+        epochs, lr, batch = cell.epochs, cell.lr, cell.batch_per_node
+        if text:
+            dkw["tokenizer"] = "distilbert-base-uncased"
+    else:
+        m = mini_run(cell)
+        dataset, dkw, model, epochs, lr, batch = (m.dataset, dict(m.dataset_kwargs), m.model, m.epochs, m.lr,
+                                                 m.batch_per_node)
+        sched = ScheduleCfg(kind=m.schedule, warmup_epochs=0, warmup_fraction=m.warmup_fraction)
+        mapping += m.mapping
+        curve_k = CURVE_EVAL_SAMPLES
+    run = RunCfg(epochs=epochs, batch_size=batch, lr=lr, schedule=sched, skew=cell.skew,
+                 partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
+                 curve_eval_samples=curve_k)
+    return Plan(cell_id=cell.cell_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
+                topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
+                mapping=tuple(mapping), make_model=_model_factory(cell, profile, model, lp, qcfg))
+
+
+def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Callable:
+    precision = cell.precision
+    norm = None if cell.norm == "none" else cell.norm
+    if cell.model == "distilbert":
+        labels = TEXT_CLASSES[cell.dataset]
+        if profile == "paper":
+            from ..models.transformer import SequenceClassifier, distilbert_classifier
+            return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg))
+        from ..models.mini import mini_distilbert
+        return lambda: mini_distilbert(labels, precision=precision, qcfg=qcfg, max_length=TEXT_MAX_LENGTH,
+                                       **TINY_DISTILBERT)
+    classes = 100 if cell.dataset == "cifar100" else 10
+    if profile == "mini":
+        from ..models.mini import build_standin
+        return lambda: build_standin(cell.model, precision=precision, norm=norm, qcfg=qcfg, num_classes=classes)
+    from ..models.registry import build_model
+    return lambda: build_model(model, precision=precision, norm=norm, dataset=cell.dataset, qcfg=qcfg,
+                               num_classes=classes)
+
+
+def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
+             fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
+             data_root: str | None = None, progress: Callable[[dict], None] | None = None) -> dict:
+    """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
+    partition.csv}. metrics.json is written last, so its presence means the cell is complete.
+
+    A finished run in out_dir is returned only if it is this run (same cell, seed, profile,
+    defining settings and fidelity); anything else is a RunMismatch or CorruptFile naming the
+    file. Before any work, out_dir must be writable and the device available. A finished copy
+    of exactly this run by this library code in out_dir/.kept is restored instead of recomputed.
+    """
+    from ..data.registry import load_dataset
+    from ..decentral.engine import resolve_device
+    from .results import save_run
+    from .runstore import keep_run, read_run_metrics, restore_kept, run_identity
+
+    out = Path(out_dir)
+    if profile not in PROFILES:
+        raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    seed = cell.seed if seed is None else seed
+    identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity)
+    if (out / "metrics.json").exists():
+        return read_run_metrics(out / "metrics.json", identity)
+    check_writable_dir(out, "run folder")
+    source = restore_kept(out, identity)
+    if source is not None:
+        if progress is not None:
+            progress({"event": "restored", "source": str(source)})
+        return read_run_metrics(out / "metrics.json", identity)
+    resolve_device(device)  # no CUDA: one line now, not after loading the data
+    plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
+    split = load_dataset(plan.dataset, **plan.dataset_kwargs)
+    engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed)
+    ckpt = out / "checkpoint.pt"
+    result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
+                   engine=engine, run=plan.run, progress=progress, checkpoint=ckpt)
+    config = {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": profile, "seed": plan.run.partition_seed,
+              "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
+              "fidelity": fidelity.as_dict(), "executor": executor, "device_requested": device,
+              "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
+    save_run(result, out, config=config, class_names=split.class_names, identity=identity)
+    keep_run(out, identity)
+    ckpt.unlink(missing_ok=True)
+    return read_run_metrics(out / "metrics.json", identity)
+
+
+def share_run(cell: Cell, primary: Cell, primary_dir: str | Path, out_dir: str | Path, profile: str = "mini", *,
+              seed: int | None = None, fidelity: Fidelity = Fidelity()) -> dict:
+    """Record in out_dir that `cell`'s run is the finished run of `primary` in primary_dir, whose
+    mini run is identical (lpdl_core.pipeline.mini.same_runs): the primary's curve, partition and metrics,
+    relabelled with this cell's identity and `config.same_run_as` = the primary's id. Nothing
+    is trained. Like run_cell, a finished out_dir is returned only if it is this run."""
+    from .mini import run_key
+    from .results import write_json
+    from .runstore import ARTIFACTS, keep_run, read_run_metrics, run_identity
+
+    out, src = Path(out_dir), Path(primary_dir)
+    seed = cell.seed if seed is None else seed
+    if profile != "mini" or run_key(cell, seed) != run_key(primary, seed):
+        raise ConfigError(f"{cell.cell_id}: its {profile} run is not the run of {primary.cell_id}")
+    identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity)
+    if (out / "metrics.json").exists():
+        return read_run_metrics(out / "metrics.json", identity)
+    check_writable_dir(out, "run folder")
+    m = read_run_metrics(src / "metrics.json", run_identity(primary, profile=profile, seed=seed, fidelity=fidelity))
+    config = dict(m["config"], cell=asdict(cell), cell_id=cell.cell_id, same_run_as=primary.cell_id)
+    why = ("DS and CHOCO are both D-PSGD/SGP without compression at eta = 1"
+           if {cell.algorithm, primary.algorithm} != {cell.algorithm} else "its mini run is defined by the same values")
+    config["mapping"] = list(m["config"].get("mapping", [])) + [f"same run as {primary.cell_id} ({why}): computed once"]
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ARTIFACTS[1:]:
+        if (src / name).exists():
+            shutil.copyfile(src / name, out / name)
+    write_json(out / "metrics.json", dict(m, config=config, identity=identity))
+    keep_run(out, identity)
+    return read_run_metrics(out / "metrics.json", identity)

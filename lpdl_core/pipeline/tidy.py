@@ -1,0 +1,159 @@
+"""Every run of a results folder as tidy pandas frames (torch-free).
+
+    runs.csv    one row per (cell, seed): the cell's axes, the run's status and final metrics, what
+                it ran on (mapping), its fidelity options and its provenance
+    curves.csv  one row per (cell, seed, epoch): the per-epoch curve
+
+Each run is read from its own folder, results/{profile}/runs/{cell}/seed{seed}/, and its identity
+checked (runstore): a corrupt or mislabelled metrics.json is one line naming the file, never a
+row under the wrong name. A cell without a finished run has no row: missing stays missing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from ..config import FIDELITY_CHOICES, Fidelity
+from ..errors import CorruptFile
+from .cells import Cell
+from .runstore import read_run_metrics, run_identity
+from .targets import num_classes
+
+CELL_COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in ("paper_acc", "notes", "milestones", "seed"))
+CURVE_COLUMNS = ("epoch", "lr", "train_loss", "mean_acc", "avg_model_acc", "consensus_distance", "test_loss",
+                 "bytes_per_node")
+PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
+RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
+               "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
+               "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "ran_on", "mapping",
+               *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE)
+RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv"
+
+
+def run_dir(results_dir: str | Path, cell_id: str, seed: int) -> Path:
+    """results/{profile}/runs/{cell}/seed{seed}: where one run lives."""
+    return Path(results_dir) / "runs" / cell_id / f"seed{seed}"
+
+
+def seeds_present(results_dir: str | Path, cell_id: str) -> list[int]:
+    """Seeds with a finished run (a metrics.json) of a cell, ascending."""
+    d = Path(results_dir) / "runs" / cell_id
+    found = [p.parent.name.removeprefix("seed") for p in d.glob("seed*/metrics.json")] if d.is_dir() else []
+    return sorted(int(s) for s in found if s.isdigit())
+
+
+def _finite(v) -> float | None:
+    return float(v) if v is not None and math.isfinite(float(v)) else None
+
+
+def _diverged_epoch(m: dict) -> int | None:
+    d = m.get("diverged_at")
+    if d is None or m.get("status") != "diverged":
+        return None
+    return int(d["epoch"] if isinstance(d, dict) else d)
+
+
+def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = None) -> dict:
+    """One runs.csv row from a checked metrics.json (classes: of the data it trained on, when known)."""
+    final, cfg, prov = m.get("final", {}), m.get("config", {}), m.get("provenance", {})
+    node = [a for a in (final.get("node_acc") or ()) if a is not None]
+    classes = classes or m.get("num_classes")
+    fid = {**Fidelity().as_dict(), **cfg.get("fidelity", {})}
+    return {
+        "cell_id": cell.cell_id, **{k: getattr(cell, k) for k in CELL_COLUMNS},
+        "paper": cell.paper_acc, "profile": profile, "seed": seed, "status": m.get("status", "ok"),
+        "diverged_epoch": _diverged_epoch(m), "epochs_done": m.get("epochs_done"),
+        "mean_acc": _finite(final.get("mean_acc")), "avg_model_acc": _finite(final.get("avg_model_acc")),
+        "consensus_distance": _finite(final.get("consensus_distance")),
+        "test_loss": _finite(final.get("mean_loss")),
+        "node_acc_min": min(node) if node else None, "node_acc_max": max(node) if node else None,
+        "mb_per_node": _finite(m["bytes_per_node"] / 1e6) if m.get("bytes_per_node") is not None else None,
+        "wall_time_s": m.get("wall_time_s"), "num_classes": classes,
+        "chance": 100.0 / classes if classes else None,
+        "same_run_as": cfg.get("same_run_as") or "", "ran_on": cfg.get("dataset", ""),
+        "mapping": "; ".join(cfg.get("mapping", [])),
+        **{f"fidelity_{k}": v for k, v in fid.items()},
+        "executor": m.get("executor", cfg.get("executor")), "device": m.get("device"),
+        **{k: prov.get(k) for k in PROVENANCE},
+    }
+
+
+def _curve(path: Path, cell_id: str, seed: int) -> pd.DataFrame | None:
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise CorruptFile(f"{path}: not a curve CSV ({type(e).__name__})") from None
+    missing = [c for c in ("epoch", "mean_acc") if c not in df.columns]
+    if missing:
+        raise CorruptFile(f"{path}: not a curve CSV (no {', '.join(missing)} column)")
+    df.insert(0, "seed", seed)
+    df.insert(0, "cell_id", cell_id)
+    return df
+
+
+def read_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, seeds=None,
+              fidelity=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, curves) of every finished run of `cells` under results_dir.
+
+    seeds: the seeds to read (a missing run stays missing); None = every seed present.
+    fidelity: the fidelity options every run must have (None: any). A corrupt metrics.json is a
+    CorruptFile and a run of another cell, seed, profile or setting a RunMismatch.
+    """
+    rows, curves = [], []
+    for c in cells:
+        for seed in (seeds_present(results_dir, c.cell_id) if seeds is None else seeds):
+            d = run_dir(results_dir, c.cell_id, seed)
+            if not (d / "metrics.json").exists():
+                continue
+            want = run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {})
+            if fidelity is None:
+                del want["fidelity"]
+            m = read_run_metrics(d / "metrics.json", want)
+            rows.append(run_row(c, seed, profile, m, num_classes(m, d)))
+            curve = _curve(d / "curve.csv", c.cell_id, seed)
+            if curve is not None:
+                curves.append(curve)
+    runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    curve_df = (pd.concat(curves, ignore_index=True) if curves
+                else pd.DataFrame(columns=["cell_id", "seed", *CURVE_COLUMNS]))
+    return runs, curve_df
+
+
+def write_frame(df: pd.DataFrame, path: str | Path, **kw) -> Path:
+    """A frame as CSV, written atomically (a kill mid-write leaves the previous file)."""
+    from .results import write_atomic
+
+    return write_atomic(path, df.to_csv(index=kw.pop("index", False), lineterminator="\n", **kw))
+
+
+TEXT_COLUMNS = ("same_run_as", "mapping", "diverged_at", "ran_on", "git_sha")
+
+
+def read_frame(path: str | Path, what: str) -> pd.DataFrame:
+    """A CSV the aggregate step wrote; one line naming the file when it is missing or unreadable.
+    Free-text columns come back as strings ("" when empty), never as NaN floats."""
+    path = Path(path)
+    if not path.is_file():
+        raise CorruptFile(f"{path}: missing ({what}; the aggregate step writes it)")
+    try:
+        head = pd.read_csv(path, nrows=0).columns
+        df = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in head})
+        for c in TEXT_COLUMNS:
+            if c in df:
+                df[c] = df[c].fillna("")
+        return df
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise CorruptFile(f"{path}: not a readable {what} ({type(e).__name__})") from None
+
+
+def cells_frame(cells: Iterable[Cell]) -> pd.DataFrame:
+    """The paper cells as a frame (one row per cell, every column; milestones as JSON)."""
+    rows = [{**asdict(c), "cell_id": c.cell_id, "milestones": json.dumps(list(c.milestones))} for c in cells]
+    return pd.DataFrame(rows)

@@ -1,0 +1,80 @@
+"""Step-time benchmark of the n-node simulator: full precision vs 8-bit training.
+
+A step is one training iteration of all n nodes (forward, backward, local SGD step and one
+uncompressed gossip round) on random inputs of the model's size; data loading and evaluation are
+excluded. CPU timing uses perf_counter; CUDA timing uses CUDA events after a synchronize. The
+first `warmup` steps are excluded.
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+
+import torch
+
+from ..decentral.algorithms.base import GossipCfg
+from ..decentral.engine import EngineCfg, Simulator
+from ..decentral.topology import Topology
+from ..models.registry import build_model, input_size
+from ..quant.quantizer import QuantCfg
+
+LP_OVER_FP_TARGET = 1.5
+
+
+def _time_step(sim: Simulator, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Seconds of one training step of all nodes."""
+    if sim.device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        sim.train_step(x, y, 0.01)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    sim.train_step(x, y, 0.01)
+    return time.perf_counter() - t0
+
+
+def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
+               warmup: int = 2, executor: str = "loop", device: str = "auto",
+               dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8")) -> dict:
+    """Median seconds per step for each precision, and the LP/FP ratio.
+
+    The precisions' steps are interleaved (FP step, LP step, FP step, ...), so a slow spell of a
+    shared machine slows both alike instead of skewing the ratio.
+    """
+    size = input_size(model, dataset)
+    out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
+                 "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
+                 "torch": torch.__version__, "threads": torch.get_num_threads(),
+                 "machine": platform.machine(), "results": {}}
+    sims, times = {}, {}
+    gen = torch.Generator().manual_seed(0)
+    for precision in precisions:
+        qcfg = QuantCfg() if precision == "int8" else None
+        make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
+        sims[precision] = Simulator(make, topology=Topology(name="directed-ring", n=nodes),
+                                    gossip=GossipCfg(), engine=EngineCfg(executor=executor, device=device))
+        times[precision] = []
+    sim = next(iter(sims.values()))
+    x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)
+    y = torch.randint(0, 10, (nodes, batch), generator=gen).to(sim.device)
+    for i in range(warmup + steps):
+        for precision, s in sims.items():
+            dt = _time_step(s, x, y)
+            if i >= warmup:
+                times[precision].append(dt)
+    out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
+    for precision, ts in times.items():
+        out["results"][precision] = {"median_s": statistics.median(ts), "min_s": min(ts),
+                                     "mean_s": statistics.fmean(ts), "per_node_median_s":
+                                     statistics.median(ts) / nodes, "params": sims[precision].layout.d}
+    if "fp32" in out["results"] and "int8" in out["results"]:
+        ratio = out["results"]["int8"]["median_s"] / out["results"]["fp32"]["median_s"]
+        out["lp_over_fp"] = ratio
+        # Issue target for ResNet-20, batch 32 per node, 2-core CPU; official code: 2.3-2.75.
+        out["target_lp_over_fp"] = LP_OVER_FP_TARGET
+        out["meets_target"] = ratio <= LP_OVER_FP_TARGET
+    return out

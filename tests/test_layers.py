@@ -1,0 +1,103 @@
+"""The package's folders are its layers, and imports only point down (or sideways within a layer):
+
+    entry       cli, __main__
+    report      report/             torch-free: reads the tidy files the DAG gives it
+    pipeline    pipeline/           cells, mini protocol, run store, tidy frames (torch-free but runcell)
+    training    training/           one training run, benchmarks, cost model
+    blocks      decentral/ models/ quant/ data/
+    foundation  config, errors, the package itself
+
+Read from the source with ast (every import, lazy ones inside functions included), so a new
+module cannot add an upward arrow or a cycle without this test saying which."""
+import ast
+from pathlib import Path
+
+import lpdl_core
+
+ROOT = Path(lpdl_core.__file__).parent
+LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
+TOP = {"config": "foundation", "errors": "foundation", "decentral": "blocks", "models": "blocks", "quant": "blocks",
+       "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",
+       "__main__": "entry"}
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _exists(dotted: str) -> bool:
+    p = ROOT.parent / Path(*dotted.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the lpdl_core modules it imports (a `from pkg import mod` counts as pkg.mod)."""
+    graph = {}
+    for path in ROOT.rglob("*.py"):
+        mod = _module(path)
+        pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if target.split(".")[0] != "lpdl_core":
+                    continue
+                subs = [f"{target}.{a.name}" for a in node.names if _exists(f"{target}.{a.name}")]
+                deps.update(subs or [target])
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names if a.name.split(".")[0] == "lpdl_core")
+        graph[mod] = deps - {mod}
+    return graph
+
+
+def layer(mod: str) -> str:
+    parts = mod.split(".")
+    return "foundation" if len(parts) == 1 else TOP[parts[1]]
+
+
+GRAPH = import_graph()
+
+
+def test_every_module_has_a_layer():
+    assert {m.split(".")[1] for m in GRAPH if "." in m} <= set(TOP)
+
+
+def test_imports_never_point_up():
+    up = [f"{m} ({layer(m)}) -> {d} ({layer(d)})" for m, deps in GRAPH.items() for d in deps
+          if LAYERS.index(layer(d)) > LAYERS.index(layer(m))]
+    assert not up, "\n".join(sorted(up))
+
+
+def test_the_decentralized_math_needs_no_model_data_or_quantizer():
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("lpdl_core.decentral")
+           for d in deps if d.split(".")[1] in ("models", "data", "quant")]
+    assert not bad, bad
+
+
+def test_the_report_reads_results_not_training_code():
+    allowed = ("lpdl_core.report", "lpdl_core.config", "lpdl_core.errors", "lpdl_core.pipeline")
+    bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("lpdl_core.report")
+           for d in deps if not d.startswith(allowed) or d == "lpdl_core.pipeline.runcell"]
+    assert not bad, bad
+
+
+def test_no_import_cycles():
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(GRAPH.get(m, ())):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(d):] + [m, d]))
+            if d not in state:
+                visit(d, path + [m])
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m, [])
