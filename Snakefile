@@ -1,5 +1,5 @@
 # lpdl: every cell of the paper's tables and figures as a DAG node (workflow/rules/), aggregated
-# into results/{profile}/tables/*.csv and the report (report/report.html, .tex, .pdf). Default: the mini profile (config/config.yaml).
+# into results/{profile}/tables/*.csv (results/{profile}-official in the official code's mode) and the report (report/report.html, .tex, .pdf). Default: the mini profile (config/config.yaml).
 configfile: "config/config.yaml"
 
 
@@ -15,6 +15,6 @@ localrules: aggregate, partitions, report, all
 
 rule all:
     input:
-        expand("results/{profile}/tables/{table}.csv", profile=PROFILE, table=config["tables"]),
+        expand("results/{results}/tables/{table}.csv", results=RESULTS, table=config["tables"]),
         REPORT_DIR + "/report.html",
     default_target: True

@@ -158,8 +158,8 @@ def _fidelity(a: argparse.Namespace):
         values = json.loads(a.fidelity_json)
     except json.JSONDecodeError as e:
         raise LpdlError(f"--fidelity-json: not JSON ({e.msg} at character {e.pos})") from None
-    if not isinstance(values, dict):
-        raise LpdlError(f"--fidelity-json: expected a JSON object, got {type(values).__name__}")
+    if not isinstance(values, (dict, str)):
+        raise LpdlError(f"--fidelity-json: expected a JSON object or a preset name, got {type(values).__name__}")
     return Fidelity.from_mapping(values)
 
 
@@ -283,7 +283,8 @@ def _cmd_report(a: argparse.Namespace) -> int:
         raise LpdlError(f"{results} has no {RUNS_FILE}: run the pipeline, or `lpdl aggregate {results}` "
                         f"(and `lpdl cost`, `lpdl partition-figures` for Figures 2-3, 5-7) first")
     check_writable_dir(a.out, "report folder")
-    r = build_report(results, a.out, paper_dir=a.paper_dir, tables=a.table or None, pdf=not a.no_pdf)
+    r = build_report(results, a.out, paper_dir=a.paper_dir, tables=a.table or None, pdf=not a.no_pdf,
+                     compare_dir=a.compare)
     print(main_json(r))
     return 0
 
@@ -461,9 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--executor", choices=EXECUTORS, default="loop")
     fid = tr.add_mutually_exclusive_group()
     fid.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
-                     help="official-code behaviours, e.g. official_quant=true choco_form=code")
+                     help="official-code behaviours: one preset (paper | official) or options, e.g. "
+                          "quant_ranges=gossiped choco_form=code")
     fid.add_argument("--fidelity-json", default=None, metavar="JSON",
-                     help='the same as one JSON object with typed values, e.g. {"official_quant": true} '
+                     help='the same as one JSON object with typed values, e.g. {"quant_ranges": "gossiped"} or "official" '
                           "(how the workflow passes them)")
     tr.set_defaults(func=_cmd_train)
 
@@ -478,6 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--paper-dir", default="workflow/paper")
     r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
+    r.add_argument("--compare", metavar="DIR", default=None,
+                   help="another results folder of the same profile in the other fidelity mode, shown side by side")
     r.set_defaults(func=_cmd_report)
 
     ag = sub.add_parser("aggregate", help="a results folder's runs -> runs.csv, curves.csv, tables/*.csv")

@@ -57,30 +57,55 @@ MINI_STANDINS = {
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
 
-# option -> its allowed values, the paper's text first (the default)
+# option -> its allowed values: the paper's text first (the default), then the official code's
 FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
-    "official_quant": (False, True),
+    "quant_ranges": ("buffers", "gossiped"),
+    "act_rounding": ("nearest", "stochastic"),
+    "range_evonorm_fp": ("hardsigmoid", "sigmoid"),
     "choco_form": ("paper", "code"),
     "choco_replicas": ("per-neighbour", "official-aggregate"),
     "bytes_metric": ("exact", "legacy"),
+    "cell_settings": ("paper", "run.sh"),
+    "final_rounds": ("gossip-only", "train-forward"),
+}
+# one switch for the whole set: "paper" (every default) or "official" (every official-code value)
+FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
+    "paper": {k: v[0] for k, v in FIDELITY_CHOICES.items()},
+    "official": {k: v[1] for k, v in FIDELITY_CHOICES.items()},
 }
 
 
 @dataclass(frozen=True, kw_only=True)
 class Fidelity:
-    """Where the official code differs from the paper's text; defaults follow the paper.
+    """Where the official code differs from the paper's text; defaults follow the paper
+    (docs/official-code.md lists each difference, its code location and the cells it touches).
 
-    official_quant: QuantMeasure ranges as gossiped parameters + stochastic activation rounding
-        in train and eval (the official code) instead of buffers + nearest rounding.
+    quant_ranges: "buffers" (each node keeps its own activation ranges) | "gossiped" (official:
+        QuantMeasure's running min/max are parameters, so they are gossiped, compressed, counted
+        and updated by the final gossip rounds' train-mode forward passes).
+    act_rounding: "nearest" | "stochastic" (official: a positional-argument bug rounds
+        activations stochastically in training and evaluation alike).
+    range_evonorm_fp: "hardsigmoid" (the paper's eq. 2) | "sigmoid" (official `RangeEN_full`),
+        the gate of Figure 1's full-precision Range EvoNorm.
     choco_form: "paper" Σ_j (W_ij − I_ij)(x̂_j − x̂_i) | "code" Σ_j (W_ij − I_ij) x̂_j.
     choco_replicas: "per-neighbour" | "official-aggregate" (static graphs only).
     bytes_metric: "exact" | "legacy" (the official 4(d+1) / 6k+3 count).
+    cell_settings: "paper" (each cell as the paper's text describes it) | "run.sh" (the settings
+        the official run.sh used for the cells it ran: typo compression ratios, Table 4's graph,
+        epochs and milestones, ...; lpdl_core.pipeline.runsh).
+    final_rounds: "gossip-only" (the final gossip rounds only mix) | "train-forward" (official:
+        each final round first runs a train-mode forward and backward on a batch, with no
+        optimizer step, updating activation ranges and normalization statistics).
     """
 
-    official_quant: bool = False
+    quant_ranges: str = "buffers"
+    act_rounding: str = "nearest"
+    range_evonorm_fp: str = "hardsigmoid"
     choco_form: str = "paper"
     choco_replicas: str = "per-neighbour"
     bytes_metric: str = "exact"
+    cell_settings: str = "paper"
+    final_rounds: str = "gossip-only"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -93,8 +118,29 @@ class Fidelity:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def mode(self) -> str:
+        """"paper" or "official" when every option is that preset's, else "mixed"."""
+        d = self.as_dict()
+        return next((name for name, values in FIDELITY_PRESETS.items() if values == d), "mixed")
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        """The options set away from the paper's text."""
+        return tuple(k for k, v in self.as_dict().items() if v != FIDELITY_CHOICES[k][0])
+
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "Fidelity":
+    def preset(cls, name: str) -> "Fidelity":
+        if name not in FIDELITY_PRESETS:
+            raise ConfigError(f"fidelity: {name!r} is not one of {', '.join(FIDELITY_PRESETS)} "
+                              f"(or a mapping of options)")
+        return cls(**FIDELITY_PRESETS[name])
+
+    @classmethod
+    def from_mapping(cls, values: "Mapping[str, Any] | str") -> "Fidelity":
+        """A preset name ("paper", "official") or a mapping of options (missing ones: the paper's)."""
+        if isinstance(values, str):
+            return cls.preset(values)
         unknown = sorted(set(values) - set(FIDELITY_CHOICES))
         if unknown:
             raise ConfigError(f"unknown fidelity option {unknown[0]!r}; valid: {', '.join(FIDELITY_CHOICES)}")
@@ -102,16 +148,34 @@ class Fidelity:
 
     @classmethod
     def from_pairs(cls, pairs) -> "Fidelity":
-        """KEY=VALUE strings (the command line). Booleans are exactly true/false."""
+        """KEY=VALUE strings (the command line), or one preset name. Booleans are exactly true/false."""
+        pairs = list(pairs or ())
+        if len(pairs) == 1 and "=" not in pairs[0]:
+            return cls.preset(pairs[0])
         kw: dict[str, Any] = {}
-        for pair in pairs or ():
+        for pair in pairs:
             key, sep, text = pair.partition("=")
             if not sep:
-                raise ConfigError(f"fidelity: expected KEY=VALUE, got {pair!r}")
+                raise ConfigError(f"fidelity: expected KEY=VALUE or one of {', '.join(FIDELITY_PRESETS)}, "
+                                  f"got {pair!r}")
             if key not in FIDELITY_CHOICES:
                 raise ConfigError(f"unknown fidelity option {key!r}; valid: {', '.join(FIDELITY_CHOICES)}")
             kw[key] = parse_choice(f"fidelity {key}", text, FIDELITY_CHOICES[key])
         return cls(**kw)
+
+
+def results_name(profile: str, fidelity: Fidelity) -> str:
+    """The results folder of a run, results/{name}: the profile's name, with "-official" in the
+    official code's mode, so the two modes' results live side by side. A mixed fidelity shares the
+    paper-text folder: each run records its options, and a changed option reruns it."""
+    return f"{profile}-official" if fidelity.mode == "official" else profile
+
+
+def other_mode(profile: str, fidelity: Fidelity) -> tuple[str, Fidelity]:
+    """(results name, fidelity) of the mode shown beside this one: the official code beside the
+    paper's text (or a mixed fidelity), the paper's text beside the official code."""
+    other = Fidelity.preset("paper" if fidelity.mode == "official" else "official")
+    return results_name(profile, other), other
 
 
 def _show(v: Any) -> str:
@@ -162,8 +226,10 @@ def with_vocabulary(schema: Mapping) -> dict:
                        ("cells_per_job", CELLS_PER_JOB)):
         props[key]["enum"] = list(names)
     props["tables"]["items"]["enum"] = list(TABLES)
+    fid = props["fidelity"]["oneOf"]
+    fid[0]["enum"] = list(FIDELITY_PRESETS)
     for key, allowed in FIDELITY_CHOICES.items():
-        props["fidelity"]["properties"][key]["enum"] = list(allowed)
+        fid[1]["properties"][key] = {"enum": list(allowed)}
     return out
 
 

@@ -9,7 +9,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from lpdl_core.config import TABLES
+from lpdl_core.config import TABLES, Fidelity
 from lpdl_core.pipeline.aggregate import summarize, write_aggregate
 from lpdl_core.pipeline.cells import load_cells
 from lpdl_core.pipeline.paper_partitions import partition_figures_frame
@@ -20,12 +20,12 @@ from lpdl_core.report.model import ReportData
 
 PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
 CELLS = {c.cell_id: c for c in load_cells(PAPER)}
-FIDELITY = {"official_quant": False, "choco_form": "paper", "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
+FIDELITY = Fidelity().as_dict()
 
 
 def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs: int = 3, classes: int | None = 10,
               fidelity: dict | None = None, sha: str = "abc123def4567890", same_run_as: str = "",
-              wall: float = 60.0) -> Path:
+              wall: float = 60.0, mapping: list[str] | None = None) -> Path:
     """One run folder as the pipeline writes it; acc None = diverged at epoch 1."""
     c = CELLS[cell_id]
     d = root / "runs" / cell_id / f"seed{seed}"
@@ -41,7 +41,7 @@ def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs:
         "bytes_per_node": 2.5e6, "wall_time_s": wall, "executor": "loop", "device": "cpu",
         **({"num_classes": classes} if classes else {}),
         "config": {"cell_id": cell_id, "cell": {"table": c.table, "norm": c.norm}, "fidelity": fid,
-                   "mapping": ["dataset cifar10 -> digits stand-in (16 px)", "epochs 200 -> 3"],
+                   "mapping": mapping or ["dataset cifar10 -> digits stand-in (16 px)", "epochs 200 -> 3"],
                    **({"same_run_as": same_run_as} if same_run_as else {})},
         "provenance": {"git_sha": sha, "git_dirty": False, "python": "3.11.7", "torch": "2.14.1",
                        "device_name": "x86_64"},

@@ -75,7 +75,8 @@ def test_schema_takes_its_enums_from_the_vocabulary():
     assert props["profile"]["enum"] == list(config.PROFILES)
     assert props["tables"]["items"]["enum"] == list(config.TABLES)
     assert props["device"]["enum"] == list(config.DEVICES) and props["executor"]["enum"] == list(config.EXECUTORS)
-    assert props["fidelity"]["properties"]["official_quant"]["enum"] == [False, True]
+    assert props["fidelity"]["oneOf"][0]["enum"] == ["paper", "official"]
+    assert props["fidelity"]["oneOf"][1]["properties"]["quant_ranges"]["enum"] == ["buffers", "gossiped"]
     assert "enum" not in schema["properties"]["profile"]                                  # not mutated
 
 
@@ -92,8 +93,9 @@ def test_command_line_choices_are_the_vocabulary():
 
 @pytest.mark.parametrize("text, why", [
     ("{not json", "--fidelity-json: not JSON"),
-    ("[1, 2]", "expected a JSON object, got list"),
-    ('{"official_quant": "true"}', "official_quant: 'true' is not one of false, true"),   # typed: a string is no bool
+    ("[1, 2]", "expected a JSON object or a preset name, got list"),
+    ('{"quant_ranges": 1}', "quant_ranges: 1 is not one of buffers, gossiped"),   # typed: a number is no name
+    ('"officiall"', "'officiall' is not one of paper, official"),
     ('{"nope": 1}', "unknown fidelity option 'nope'"),
 ])
 def test_fidelity_json_is_typed_and_checked(tmp_path, text, why):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from report_inputs import CELLS, PAPER, finish, report_data
 
+from lpdl_core.config import Fidelity
 from lpdl_core.pipeline.runstore import run_identity
 from lpdl_core.report.build import build_report, mini_effects
 from lpdl_core.report.claims import check_claims
@@ -17,7 +18,7 @@ from lpdl_core.report.header import build_header
 from lpdl_core.report.latex import tex_escape
 from lpdl_core.report.tables import paper_table
 
-FID = {"official_quant": False, "choco_form": "paper", "choco_replicas": "per-neighbour", "bytes_metric": "exact"}
+FID = Fidelity().as_dict()
 
 
 def run(root: Path, cell_id: str, seed: int, acc: float, classes: int | None = 10, **config) -> None:

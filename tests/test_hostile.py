@@ -116,8 +116,9 @@ def file_not_dir(tmp_path) -> Path:
 @pytest.mark.parametrize("args, planned", [
     (["seeds=[1,2,3]"], "seed3/metrics.json"),                        # the README's own example
     (["seeds=[1, 2]"], "seed2/metrics.json"),
-    (["fidelity={official_quant: true}"], '"official_quant": true'),       # typed JSON to the job
-    (["fidelity={official_quant: True, bytes_metric: legacy}"], '"bytes_metric": "legacy"'),
+    (["fidelity={quant_ranges: gossiped}"], '"quant_ranges": "gossiped"'),   # typed JSON to the job
+    (["fidelity={act_rounding: stochastic, bytes_metric: legacy}"], '"bytes_metric": "legacy"'),
+    (["fidelity=official"], '"cell_settings": "run.sh"'),                  # the one switch
     (["demo={epochs: 2, nodes: 4, skew: 0.8}"], "seed1234/metrics.json"),
 ])
 def test_config_nested_values_documented_forms_work(args, planned):
@@ -127,8 +128,9 @@ def test_config_nested_values_documented_forms_work(args, planned):
 
 
 @pytest.mark.parametrize("bad, key", [
-    ("fidelity={official_quant: maybe}", "fidelity/official_quant"),
-    ("fidelity={official_quant: 1}", "fidelity/official_quant"),
+    ("fidelity={quant_ranges: maybe}", "fidelity"),
+    ("fidelity={quant_ranges: 1}", "fidelity"),
+    ("fidelity=officiall", "fidelity"),
     ("seeds=[1,x]", "seeds/1"),
     ("seeds=[]", "seeds"),
     ("demo={skew: nan}", "demo/skew"),
@@ -236,8 +238,9 @@ def test_csv_nan_lr_fails_the_dry_run_not_the_job(tmp_path):
     ["cells", "--paper-dir", "/nonexistent/paper"],
     ["train", "--cell", FAST_CELL, "--out", "unused", "--paper-dir", "/nonexistent/paper"],
     ["train", "--cell", "no-such-cell", "--out", "unused"],
-    ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "official_quant=maybe"],
-    ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "official_quant=1"],
+    ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "quant_ranges=maybe"],
+    ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "quant_ranges=1"],
+    ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "officiall"],
     ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "unknown=1"],
     ["train", "--cell", FAST_CELL, "--out", "unused", "--fidelity", "choco_form"],
     ["train", "--cell", FAST_CELL, "--out", "unused", "--profile", "huge"],

@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_inputs import CELLS, PAPER, as_paper, empty_data, finish, report_data, write_run
 
+from lpdl_core.config import Fidelity
 from lpdl_core.report.claims import check_claims
 from lpdl_core.report.data import load_report_data, rows_of
 from lpdl_core.report.header import build_header
 from lpdl_core.report.model import delta_class
 from lpdl_core.report.tables import paper_table, paper_tables
-from report_inputs import CELLS, PAPER, as_paper, empty_data, finish, report_data, write_run
 
 T2 = "t2-resnet20-dring8-c0-s0-{algo}-{prec}"
 
@@ -159,15 +160,14 @@ def test_claims_skip_diverged_and_missing(results):
 
 def test_header_states_profile_provenance_and_problems(results):
     write_run(results, "t2-resnet20-dring8-c99-s0-ds-fp32", 1, 70.0, sha="fff000", fidelity={
-        "official_quant": True, "choco_form": "paper", "choco_replicas": "per-neighbour",
-        "bytes_metric": "exact"})
+        **Fidelity().as_dict(), "quant_ranges": "gossiped"})
     h = build_header(report_data(results, ["table2"]), generated_by={"git_sha": "0123456789abcdef"})
     facts = dict(h.facts)
     assert h.profile == "mini" and "NOT a reproduction" in h.profile_note
     assert facts["seeds"] == "1, 2, 3" and facts["runs"] == "8"
     assert "abc123def456 (7)" in facts["git SHA of the runs"] and "fff000 (1)" in facts["git SHA of the runs"]
     assert facts["total compute time (sum of run wall times)"] == "8m 00s"
-    assert "official code" in facts["fidelity: official_quant"] and "[1 runs]" in facts["fidelity: official_quant"]
+    assert "official code" in facts["fidelity: quant_ranges"] and "[1 runs]" in facts["fidelity: quant_ranges"]
     assert facts["fidelity: bytes_metric"].startswith("exact")
     assert "0123456789ab" in facts["report generated"]
     text = " ".join(h.warnings)
@@ -215,7 +215,13 @@ def test_build_report_pdf(results, tmp_path):
     import shutil
     if shutil.which("latexmk") is None and os.environ.get("CI") != "true":
         pytest.skip("latexmk not installed")
+    # a table note as long as the mini profile's (every mapping of Table 2, ~5,000 characters):
+    # LaTeX measures a caption on one line, so such a note must not be in the caption
+    cells = [c for c in CELLS.values() if c.table == "table2" and c.block == "resnet54-dring8"]
+    for i, c in enumerate(cells):
+        write_run(results, c.cell_id, 1, 60.0, mapping=[f"setting {i} of {c.cell_id} -> a stand-in value " * 3])
     r = _build(results, tmp_path / "report", pdf=True)
+    assert len((tmp_path / "report" / "tables" / "table2.tex").read_text()) > 5000
     assert r["pdf"] is not None, r["pdf_message"]
     assert Path(r["pdf"]).read_bytes().startswith(b"%PDF")
     assert "report.pdf" in Path(r["html"]).read_text()

@@ -39,7 +39,9 @@ def test_latex_table(report):
     assert r"\renewcommand{\tablename}{Table}\renewcommand{\thetable}{2}" in tex  # the paper's number
     fig1 = table_tex(replace(report[1][0], name="fig1", title="", caption="Figure 1 runs: norms"))
     assert r"\renewcommand{\tablename}{Figure}\renewcommand{\thetable}{1 runs}" in fig1
-    assert r"\caption[{norms}]{norms. " in fig1 and r"\label{tab:fig1}" in fig1
+    assert r"\caption[{norms}]{norms.}" in fig1 and r"\label{tab:fig1}" in fig1
+    # the note and the legend follow the tabular in small type, not inside the caption
+    assert fig1.index(r"\footnotesize") > fig1.index(r"\end{tabular}") and "Cells: reproduced" in fig1
     assert r"ResNet\_20/Ring" in tex and r"VGG \& co" in tex and r"LP-DS \#8" in tex
     assert "ResNet_20" not in tex
     body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0].strip().splitlines()

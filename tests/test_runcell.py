@@ -47,7 +47,7 @@ def test_nlp_and_single_node_and_qgm():
 
 def test_fidelity_options_reach_the_run():
     c = CELLS["t2-resnet20-dring8-c99-s0.8-choco-int8"]
-    p = plan_cell(c, "mini", fidelity=Fidelity(official_quant=True, choco_form="code",
+    p = plan_cell(c, "mini", fidelity=Fidelity(quant_ranges="gossiped", act_rounding="stochastic", choco_form="code",
                                                choco_replicas="official-aggregate", bytes_metric="legacy"))
     assert p.gossip.choco_form == "code" and p.gossip.choco_replicas == "official-aggregate"
     assert p.gossip.compressor.bytes_metric == "legacy"
@@ -66,3 +66,22 @@ def test_run_cell_writes_once_then_skips(tmp_path, monkeypatch):
     import lpdl_core.pipeline.runcell as rc
     monkeypatch.setattr(rc, "train", lambda *a, **k: pytest.fail("finished cell recomputed"))
     assert run_cell(c, tmp_path, "mini") == json.loads((tmp_path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("profile", ["mini", "paper"])
+def test_range_evonorm_fp_gate_reaches_the_model(profile):
+    from lpdl_core.quant.norms import EvoNormS0, RangeEvoNorm
+
+    def gates(cell_id, fidelity=Fidelity()):
+        model = plan_cell(CELLS[cell_id], profile, fidelity=fidelity).make_model()
+        return {type(m).__name__: getattr(m, "activation", None) for m in model.modules()
+                if isinstance(m, (RangeEvoNorm, EvoNormS0))}
+
+    fp = "fig1-resnet20-dring8-c0-s0.8-choco-fp32-range-evonorm-fp"
+    assert gates(fp) == {"RangeEvoNorm": "hardsigmoid"}  # the paper's eq. 2 by default
+    assert gates(fp, Fidelity(range_evonorm_fp="sigmoid")) == {"RangeEvoNorm": "sigmoid"}
+    # the option touches only the FP Range EvoNorm: neither EvoNorm-S0 nor the 8-bit Range EvoNorm
+    assert gates("fig1-resnet20-dring8-c0-s0.8-choco-fp32-evonorm", Fidelity(range_evonorm_fp="sigmoid")) \
+        == {"EvoNormS0": None}
+    assert gates("t2-resnet20-dring8-c99-s0.8-choco-int8", Fidelity(range_evonorm_fp="sigmoid")) \
+        == {"RangeEvoNorm": "hardsigmoid"}

@@ -4,6 +4,11 @@ Every node's parameters live in row i of an `(n, d)` tensor; tensor l occupies c
 `[offset_l, offset_l + numel_l)` and is viewed with its own shape. Compression is
 layer-wise (per parameter tensor, official-code.md section 2), so compressors walk these
 segments; gossip is a single `W @ X` over the whole row.
+
+Node state = the trainable parameters, plus any non-trainable parameter flagged `gossiped = True`
+(the official code's activation ranges, which it keeps as Parameters and so gossips, compresses
+and counts with the weights). Such a *frozen* tensor is mixed by gossip but never moved by the
+optimizer: it changes only through the forward pass that owns it.
 """
 from __future__ import annotations
 
@@ -27,18 +32,28 @@ class Segment:
         return self.stop - self.start
 
 
+def node_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) of the node state in `named_parameters()` order: the trainable ones and
+    the non-trainable ones flagged `gossiped = True`."""
+    return [(k, p) for k, p in module.named_parameters() if p.requires_grad or getattr(p, "gossiped", False)]
+
+
 @dataclass(frozen=True)
 class Layout:
-    """Names and shapes of a model's parameter tensors, in `named_parameters()` order."""
+    """Names and shapes of a model's parameter tensors, in `named_parameters()` order.
+    frozen: the names of tensors that gossip mixes but the optimizer never moves."""
 
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
+    frozen: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if len(self.names) != len(self.shapes):
             raise ValueError("names and shapes must have the same length")
         if not self.shapes:
             raise ValueError("a layout needs at least one tensor")
+        if not self.frozen <= set(self.names):
+            raise ValueError("frozen tensors must be in the layout")
 
     @classmethod
     def from_shapes(cls, shapes: Sequence[Sequence[int]]) -> "Layout":
@@ -46,9 +61,21 @@ class Layout:
         return cls(names=tuple(f"t{i}" for i in range(len(shapes_t))), shapes=shapes_t)
 
     @classmethod
-    def from_module(cls, module: nn.Module, *, trainable_only: bool = True) -> "Layout":
-        items = [(k, p) for k, p in module.named_parameters() if p.requires_grad or not trainable_only]
-        return cls(names=tuple(k for k, _ in items), shapes=tuple(tuple(p.shape) for _, p in items))
+    def from_module(cls, module: nn.Module) -> "Layout":
+        """The node state of `module` (node_parameters): trainable tensors and flagged frozen ones."""
+        items = node_parameters(module)
+        return cls(names=tuple(k for k, _ in items), shapes=tuple(tuple(p.shape) for _, p in items),
+                   frozen=frozenset(k for k, p in items if not p.requires_grad))
+
+    def frozen_mask(self, device=None) -> torch.Tensor | None:
+        """(d,) bool, True on frozen columns; None when there are none."""
+        if not self.frozen:
+            return None
+        mask = torch.zeros(self.d, dtype=torch.bool, device=device)
+        for s in self.segments():
+            if s.name in self.frozen:
+                mask[s.start:s.stop] = True
+        return mask
 
     @property
     def numels(self) -> tuple[int, ...]:

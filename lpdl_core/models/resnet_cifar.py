@@ -36,6 +36,8 @@ def resolve_precision(precision: str, norm: str | None, qcfg: QuantCfg | None) -
 
     FP: qcfg is ignored (None, plain layers), norm defaults to "evonorm".
     LP: qcfg defaults to QuantCfg(), norm defaults to "range-evonorm".
+    Every model hands `norm` to make_norm unread, so it may also be a quant.norms.NormSpec (a kind
+    plus its Range EvoNorm gate; how plan_cell passes Fidelity.range_evonorm_fp).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")

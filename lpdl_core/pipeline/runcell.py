@@ -27,6 +27,7 @@ from ..training.schedule import ScheduleCfg
 from ..training.train import RunCfg, train
 from .cells import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
+from .runsh import as_runsh
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
 PROFILES = ("mini", "paper")
@@ -34,9 +35,8 @@ PROFILES = ("mini", "paper")
 
 def quant_cfg(fidelity: Fidelity) -> QuantCfg:
     """The 8-bit layers' settings a fidelity asks for."""
-    if fidelity.official_quant:
-        return QuantCfg(measure_as_parameters=True, act_rounding="stochastic", eval_rounding="stochastic")
-    return QuantCfg()
+    return QuantCfg(measure_as_parameters=fidelity.quant_ranges == "gossiped",
+                    act_rounding=fidelity.act_rounding, eval_rounding=fidelity.act_rounding)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,11 +63,13 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
               fidelity: Fidelity = Fidelity(), data_root: str | None = None) -> Plan:
     if profile not in PROFILES:
         raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+    paper_id, ratio, mapping = cell.cell_id, cell.compression / 100, []
+    if fidelity.cell_settings == "run.sh":  # the cell as the official run.sh ran it (pipeline/runsh.py)
+        cell, ratio, mapping = as_runsh(cell)
     text = cell.model == "distilbert"
     lp = cell.precision == "int8"
     qcfg = quant_cfg(fidelity) if lp else None
-    mapping: list[str] = []
-    comp = CompressorCfg(kind="topk", ratio=cell.compression / 100, bytes_metric=fidelity.bytes_metric) \
+    comp = CompressorCfg(kind="topk", ratio=ratio, bytes_metric=fidelity.bytes_metric) \
         if cell.compression else CompressorCfg(bytes_metric=fidelity.bytes_metric)
     gossip = GossipCfg(algorithm="dpsgd" if cell.algorithm == "none" else cell.algorithm, eta=cell.eta,
                        compressor=comp, choco_form=fidelity.choco_form, choco_replicas=fidelity.choco_replicas)
@@ -93,15 +95,18 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         curve_k = CURVE_EVAL_SAMPLES
     run = RunCfg(epochs=epochs, batch_size=batch, lr=lr, schedule=sched, skew=cell.skew,
                  partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
-                 curve_eval_samples=curve_k)
-    return Plan(cell_id=cell.cell_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
+                 final_rounds=fidelity.final_rounds, curve_eval_samples=curve_k)
+    return Plan(cell_id=paper_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
-                mapping=tuple(mapping), make_model=_model_factory(cell, profile, model, lp, qcfg))
+                mapping=tuple(mapping), make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))
 
 
-def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg) -> Callable:
+def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelity: Fidelity) -> Callable:
     precision = cell.precision
     norm = None if cell.norm == "none" else cell.norm
+    if norm == "range-evonorm-fp":  # the models hand `norm` to make_norm unread: the gate rides along
+        from ..quant.norms import NormSpec
+        norm = NormSpec(norm, gate=fidelity.range_evonorm_fp)
     if cell.model == "distilbert":
         labels = TEXT_CLASSES[cell.dataset]
         if profile == "paper":

@@ -18,7 +18,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from ..config import FIDELITY_CHOICES, Fidelity
+from ..config import FIDELITY_CHOICES, FIDELITY_PRESETS, Fidelity
 from ..errors import CorruptFile
 from .cells import Cell
 from .runstore import read_run_metrics, run_identity
@@ -31,7 +31,7 @@ PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
 RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
                "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "ran_on", "mapping",
-               *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE)
+               "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE)
 RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv"
 
 
@@ -77,6 +77,7 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         "chance": 100.0 / classes if classes else None,
         "same_run_as": cfg.get("same_run_as") or "", "ran_on": cfg.get("dataset", ""),
         "mapping": "; ".join(cfg.get("mapping", [])),
+        "fidelity_mode": next((n for n, p in FIDELITY_PRESETS.items() if p == fid), "mixed"),
         **{f"fidelity_{k}": v for k, v in fid.items()},
         "executor": m.get("executor", cfg.get("executor")), "device": m.get("device"),
         **{k: prov.get(k) for k in PROVENANCE},

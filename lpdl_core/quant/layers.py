@@ -33,6 +33,8 @@ class QuantMeasure(nn.Module):
         if qcfg.measure_as_parameters:  # official: Parameters, hence gossiped and compressed
             self.running_min = nn.Parameter(torch.zeros(1), requires_grad=False)
             self.running_max = nn.Parameter(torch.zeros(1), requires_grad=False)
+            # node state that gossip mixes but no optimizer moves (lpdl_core.decentral.layout)
+            self.running_min.gossiped = self.running_max.gossiped = True
         else:
             self.register_buffer("running_min", torch.zeros(1))
             self.register_buffer("running_max", torch.zeros(1))

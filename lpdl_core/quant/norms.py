@@ -17,31 +17,22 @@ All ops are plain tensor ops (no .item(), no Python floats taken from tensors), 
 under ``torch.func.vmap(functional_call)`` over stacked node parameters. Layers with running
 statistics (QuantMeasure inside the LP layers, RangeBatchNorm2d) update them in place in
 training; under vmap that works only when the executor passes those buffers stacked as well.
+Range BN and the range-to-std factor live in ``range_bn.py`` and are re-exported here.
 """
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..config import NORMS
 from .layers import QuantMeasure
 from .quantizer import QuantCfg, quantize, quantize_grad
+from .range_bn import RANGE_CONST, RangeBatchNorm2d, RangeBNAct, check_4d, range_scale_fix  # noqa: F401
 from .range_fused import group_scale, range_evonorm
-
-from ..config import NORMS
-ACTIVATIONS = ("hardsigmoid", "sigmoid")
-
-# Banner et al.'s code constant, 0.5·0.35·(1+√(π ln 4)) = 0.5402: for Gaussian data the mean chunk
-# range of m samples grows like √(2 ln m)·σ, so range·RANGE_CONST/√(2 ln m) estimates σ (measured:
-# 0.68σ at m=4, 0.90σ at m=128, 0.96σ at m=8192), without squares or square roots.
-RANGE_CONST = 0.5 * 0.35 * (1.0 + math.sqrt(math.pi * math.log(4.0)))
-
-
-def range_scale_fix(m: int) -> float:
-    """Factor turning a mean chunk range of m elements per chunk into a std estimate."""
-    return RANGE_CONST / math.sqrt(2.0 * math.log(m))
 
 
 def hardsigmoid(t: torch.Tensor) -> torch.Tensor:
@@ -49,10 +40,27 @@ def hardsigmoid(t: torch.Tensor) -> torch.Tensor:
     return torch.clamp(t / 6 + 0.5, min=0.0, max=1.0)
 
 
-def _check_4d(x: torch.Tensor, layer: nn.Module) -> None:
-    if x.dim() != 4:
-        raise ValueError(f"{type(layer).__name__} expects a 4-D (N, C, H, W) input, "
-                         f"got shape {tuple(x.shape)}")
+# Range EvoNorm's gate h in n = x·h(v·x), by name: "hardsigmoid" is the paper's eq. 2 (and the
+# official 8-bit ``quantize.RangeEN``), "sigmoid" the official full-precision ``evonorm.RangeEN_full``.
+GATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"hardsigmoid": hardsigmoid,
+                                                            "sigmoid": torch.sigmoid}
+ACTIVATIONS = tuple(GATES)  # the gate names (RangeEvoNorm's `activation` argument)
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """A norm kind plus its Range EvoNorm gate: what models pass to :func:`make_norm` as `norm`
+    when the gate is not the default (models hand `norm` through unread, so a plain kind name
+    and a NormSpec are interchangeable for them). gate applies to the Range EvoNorm kinds only."""
+
+    kind: str
+    gate: str = "hardsigmoid"
+
+    def __post_init__(self):
+        if self.gate not in GATES:
+            raise ValueError(f"gate must be one of {', '.join(GATES)}, got {self.gate!r}")
+        if self.gate != "hardsigmoid" and self.kind not in ("range-evonorm", "range-evonorm-fp"):
+            raise ValueError(f"norm {self.kind!r} has no gate to choose; only the Range EvoNorm kinds do")
 
 
 def _check_groups(num_features: int, groups: int) -> None:
@@ -84,7 +92,7 @@ class EvoNormS0(nn.Module):
         nn.init.ones_(self.v)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_4d(x, self)
+        check_4d(x, self)
         B, C, H, W = x.shape
         n = x * torch.sigmoid(x * self.v)
         # The variance is of x, not of the gated n (as EvoNorm-S0 and the official code).
@@ -105,8 +113,8 @@ class RangeEvoNorm(nn.Module):
         s_{b,g} = Q_8\!\Big(\frac{1}{\hat\sigma_{b,g} + \epsilon}\Big),\qquad
         y = n\,s_{b,g}\,Q_8(\gamma) + Q_8(\beta)
 
-    where x_q = QuantMeasure(x) (8-bit over the measured range), v_q = Q_8(v), h the hard sigmoid
-    clamp(t/6 + 1/2, 0, 1); per sample b and group g, x_q is cut into `chunks` contiguous chunks of
+    where x_q = QuantMeasure(x) (8-bit over the measured range), v_q = Q_8(v), h the gate
+    (below); per sample b and group g, x_q is cut into `chunks` contiguous chunks of
     m = C·H·W/(groups·chunks) elements (a plain reshape of (B, C, H, W) to (B, G, K, m)), and the
     bars are means over chunks of each chunk's max / min. Q_8 is per-tensor nearest rounding (the
     scale s over all B×G entries), with straight-through gradients; the output's layer gradient is
@@ -114,9 +122,19 @@ class RangeEvoNorm(nn.Module):
     statistics are per sample: no running stats, so train and eval differ only in QuantMeasure.
 
     qcfg=None gives **Range EvoNorm at full precision** (the paper's Figure 1 curve): the same
-    formula with every Q_8 and the gradient quantization removed. activation="hardsigmoid"
-    (default) is h above, what the paper describes and the LP code uses; "sigmoid" is σ, what the
-    official (unused) ``RangeEN_full`` computes.
+    formula with every Q_8 and the gradient quantization removed. `activation` names the gate h
+    (registry ``GATES``):
+
+    .. math::
+        h_{\mathrm{hardsigmoid}}(t) = \min\!\big(\max(t/6 + 1/2,\ 0),\ 1\big),\qquad
+        h_{\mathrm{sigmoid}}(t) = \sigma(t) = \frac{1}{1 + e^{-t}}
+
+    "hardsigmoid" (default) is what the paper's eq. 2 describes and the LP code uses. "sigmoid"
+    is the official full-precision class ``evonorm.RangeEN_full`` (not instantiated by the official
+    scripts; github.com/aparna-aketi/Low_Precision_DL, quantized_training/evonorm.py):
+    y = (x·σ(v x) ⊙ s_{b,g})·γ + β with s from x as above, no Q_8, γ ~ U(0, 1), β = 0, v = 1, i.e.
+    this formula at qcfg=None with h = σ; only the float association n·(s·γ) vs (n·s)·γ differs
+    (float32 rounding, measured ≤ 1e-6 on outputs of magnitude ~10).
 
     Parameters (1, C, 1, 1): γ ~ U(0, 1) (as the official class; ResNet-LP overrides it), β=0, v=1.
     Requires C·H·W divisible by groups·chunks with m ≥ 2 (true for every model here).
@@ -152,7 +170,7 @@ class RangeEvoNorm(nn.Module):
         nn.init.ones_(self.v)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_4d(x, self)
+        check_4d(x, self)
         B, C, H, W = x.shape
         G, K = self.groups, self.chunks
         if (C * H * W) % (G * K):
@@ -172,7 +190,7 @@ class RangeEvoNorm(nn.Module):
                                 bits=q.bits if q is not None else 0)
             return quantize_grad(out, q.grad_bits, q.grad_rounding) if q is not None else out
         t = x * v
-        n = x * (hardsigmoid(t) if self.activation == "hardsigmoid" else torch.sigmoid(t))
+        n = x * GATES[self.activation](t)
         y = x.reshape(B, G, K, m)
         # .max(-1).values (not amax): on ties the gradient goes to one element, as in the official code.
         r = y.max(-1).values.mean(-1) - y.min(-1).values.mean(-1)  # (B, G)
@@ -188,86 +206,6 @@ class RangeEvoNorm(nn.Module):
         prec = "fp32" if self.qcfg is None else f"{self.qcfg.bits}-bit"
         return (f"{self.num_features}, groups={self.groups}, chunks={self.chunks}, eps={self.eps}, "
                 f"activation={self.activation}, {prec}")
-
-
-class RangeBatchNorm2d(nn.Module):
-    r"""Range BatchNorm (Banner et al. 2018, "Scalable methods for 8-bit training of neural
-    networks", Sec. 5 / their ``RangeBN``; present but not selectable in the official code):
-
-    .. math::
-        \mu_c = \mathrm{mean}_{B,H,W}(x_c),\qquad
-        s_c = \frac{1}{(\overline{\max}_k - \overline{\min}_k)\cdot
-              \frac{0.5\cdot 0.35\,(1+\sqrt{\pi\ln 4})}{\sqrt{2\ln m}} + \epsilon},\qquad
-        y = (x - \mu_c)\,s_c\,\gamma_c + \beta_c
-
-    per channel c: the B·H·W values (in (B, H, W) order) are cut into `chunks` chunks of m each,
-    the bars are means over chunks of each chunk's max / min. Training uses the batch μ, s and
-    updates running buffers as running = momentum·running + (1 − momentum)·batch (Banner's and
-    QuantMeasure's convention, momentum weighting the *old* value; official 0.1); eval uses them.
-    Gradients flow through μ and s as in Banner's code.
-
-    LP (qcfg given): x via its own QuantMeasure, s, γ and β 8-bit per tensor (nearest, as Banner
-    also quantizes s), output layer gradient quantized (``quantize_grad``). Parameters (C,):
-    γ=1, β=0 (Banner: γ ~ U(0,1)); running scale starts at 1, not Banner's 0 (which would zero the
-    output in eval before any training step). Training needs B·H·W divisible by `chunks`, m ≥ 2.
-    The in-place running-stat updates need the executor's support under vmap (stacked buffers).
-    """
-
-    def __init__(self, num_features: int, *, qcfg: QuantCfg | None = None, chunks: int = 16,
-                 momentum: float = 0.1, eps: float = 1e-5):
-        super().__init__()
-        if chunks < 1:
-            raise ValueError(f"chunks must be >= 1, got {chunks}")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        self.num_features, self.chunks, self.momentum, self.eps = num_features, chunks, momentum, eps
-        self.qcfg = qcfg
-        self.weight = nn.Parameter(torch.ones(num_features))
-        self.bias = nn.Parameter(torch.zeros(num_features))
-        self.register_buffer("running_mean", torch.zeros(num_features))
-        self.register_buffer("running_scale", torch.ones(num_features))
-        if qcfg is not None:
-            self.quantize_input = QuantMeasure(qcfg)
-
-    def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
-        nn.init.zeros_(self.bias)
-        self.running_mean.zero_()
-        self.running_scale.fill_(1.0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_4d(x, self)
-        q = self.qcfg
-        if q is not None:
-            x = self.quantize_input(x)
-        B, C, H, W = x.shape
-        if self.training:
-            K = self.chunks
-            if (B * H * W) % K or B * H * W // K < 2:
-                raise ValueError(f"RangeBatchNorm2d needs B*H*W={B * H * W} divisible by chunks={K} "
-                                 f"with at least 2 elements per chunk")
-            m = B * H * W // K
-            y = x.transpose(0, 1).reshape(C, K, m)
-            mean = y.reshape(C, -1).mean(-1)
-            r = y.max(-1).values.mean(-1) - y.min(-1).values.mean(-1)
-            scale = 1 / (r * range_scale_fix(m) + self.eps)
-            with torch.no_grad():
-                mom = self.momentum
-                self.running_mean.mul_(mom).add_(mean.detach() * (1 - mom))
-                self.running_scale.mul_(mom).add_(scale.detach() * (1 - mom))
-        else:
-            mean, scale = self.running_mean, self.running_scale
-        w, b = self.weight, self.bias
-        if q is not None:
-            scale, w, b = quantize(scale, q.bits), quantize(w, q.bits), quantize(b, q.bits)
-        out = (x - mean.view(1, C, 1, 1)) * scale.view(1, C, 1, 1) * w.view(1, C, 1, 1) + b.view(1, C, 1, 1)
-        if q is not None:
-            out = quantize_grad(out, q.grad_bits, q.grad_rounding)
-        return out
-
-    def extra_repr(self) -> str:
-        prec = "fp32" if self.qcfg is None else f"{self.qcfg.bits}-bit"
-        return f"{self.num_features}, chunks={self.chunks}, momentum={self.momentum}, eps={self.eps}, {prec}"
 
 
 class BatchNormAct(nn.BatchNorm2d):
@@ -287,27 +225,21 @@ class GroupNormAct(nn.GroupNorm):
         return F.relu(super().forward(x))
 
 
-class RangeBNAct(RangeBatchNorm2d):
-    """RangeBatchNorm2d then ReLU (a drop-in for the activation-carrying EvoNorms)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(super().forward(x))
-
-
 # full-precision-only kinds -> the 8-bit kind to suggest instead
 _FP_ONLY = {"evonorm": "range-evonorm", "range-evonorm-fp": "range-evonorm",
             "bn": "range-bn", "gn": "range-bn"}
 
 
-def make_norm(kind: str, num_features: int, *, qcfg: QuantCfg | None = None) -> nn.Module:
-    """Norm + nonlinearity of one kind (see NORMS), for full precision (qcfg None) or 8 bits.
+def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None = None) -> nn.Module:
+    """Norm + nonlinearity of one kind (see NORMS), for full precision (qcfg None) or 8 bits;
+    a :class:`NormSpec` kind also names the Range EvoNorm gate (default: the hard sigmoid).
 
     ========================  ==========================================  =========
     kind                      module                                      precision
     ========================  ==========================================  =========
     ``evonorm``               EvoNormS0 (G=8)                             FP only
-    ``range-evonorm``         RangeEvoNorm(qcfg=qcfg), hard sigmoid       LP only
-    ``range-evonorm-fp``      RangeEvoNorm(qcfg=None), hard sigmoid       FP only
+    ``range-evonorm``         RangeEvoNorm(qcfg=qcfg), gate (hard sigm.)  LP only
+    ``range-evonorm-fp``      RangeEvoNorm(qcfg=None), gate (hard sigm.)  FP only
     ``range-bn``              RangeBNAct (Range BN + ReLU)                FP or LP
     ``bn``                    BatchNormAct (BatchNorm2d + ReLU)           FP only
     ``gn``                    GroupNormAct (GroupNorm, 2 groups, + ReLU)  FP only
@@ -317,6 +249,8 @@ def make_norm(kind: str, num_features: int, *, qcfg: QuantCfg | None = None) -> 
     followed by a ReLU in the models. A precision mismatch raises rather than silently building
     a full-precision norm into an 8-bit model (or the reverse).
     """
+    spec = kind if isinstance(kind, NormSpec) else NormSpec(kind)
+    kind, gate = spec.kind, spec.gate
     if kind not in NORMS:
         raise ValueError(f"unknown norm kind {kind!r}; valid kinds: {', '.join(NORMS)}")
     if qcfg is not None and kind in _FP_ONLY:
@@ -328,9 +262,9 @@ def make_norm(kind: str, num_features: int, *, qcfg: QuantCfg | None = None) -> 
         if qcfg is None:
             raise ValueError("norm 'range-evonorm' is the 8-bit layer and needs a QuantCfg; "
                              "use 'range-evonorm-fp' for Range EvoNorm at full precision")
-        return RangeEvoNorm(num_features, qcfg=qcfg)
+        return RangeEvoNorm(num_features, qcfg=qcfg, activation=gate)
     if kind == "range-evonorm-fp":
-        return RangeEvoNorm(num_features, qcfg=None)
+        return RangeEvoNorm(num_features, qcfg=None, activation=gate)
     if kind == "range-bn":
         return RangeBNAct(num_features, qcfg=qcfg)
     if kind == "bn":

@@ -67,17 +67,20 @@ def pdf_status(ok: bool, why: str) -> str:
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
                  paper_dir: str | Path = "workflow/paper", tables=None, pdf: bool = True,
-                 log: Callable[[str], None] | None = None) -> dict:
+                 log: Callable[[str], None] | None = None, compare_dir: str | Path | None = None) -> dict:
     """Write the report for results_dir (results/{profile}, holding runs.csv, curves.csv,
-    tables/*.csv, cost.json, partitions.csv); returns what was written and the claims."""
+    tables/*.csv, cost.json, partitions.csv); returns what was written and the claims.
+    compare_dir: another results folder of the same profile in the other fidelity mode (its
+    runs.csv and tables/*.csv), shown side by side ("Paper text vs official code")."""
     from .html import render_html
     from .latex import build_pdf, write_latex
+    from .modes_view import modes_view
     from .tables import paper_tables
 
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = load_report_data(results_dir, paper_dir, tables=tables)
+    data = load_report_data(results_dir, paper_dir, tables=tables, compare_dir=compare_dir)
     log(f"report: profile {data.profile}, {int((data.summary['status'] != 'missing').sum())} of "
         f"{len(data.cells)} cells with results ({len(data.runs)} runs)")
     figs, fig_errors = _figures(data, log)
@@ -87,17 +90,20 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
         header = replace(header, warnings=header.warnings + tuple(f"Figure not drawn: {e}" for e in fig_errors))
     ptables = paper_tables(data)
     effects = mini_effects(data) if data.profile == "mini" else None
-    written = write_latex(out, header, ptables, claims, figs, effects)
+    modes = modes_view(data)
+    if modes is not None:
+        log(f"modes: {modes.title} ({compare_dir}): {modes.sentence}")
+    written = write_latex(out, header, ptables, claims, figs, effects, modes)
     ok, why = build_pdf(out) if pdf else (False, "PDF disabled (pdf=False)")
     header = replace(header, facts=header.facts + (("PDF", pdf_status(ok, why)),))
-    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects))
+    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects, modes))
     claims_path = write_json(out / "claims.json", [asdict(c) for c in claims])
     for c in claims:
         log(f"claim {c.number}: {c.verdict}: {c.evidence}")
     log(f"report: {html_path}" + (f", {out / 'report.pdf'}" if ok else f" (PDF {pdf_status(ok, why)})"))
     return {"html": html_path, "pdf": out / "report.pdf" if ok else None, "pdf_message": why,
             "claims": claims, "claims_json": claims_path, "latex": written, "figures": [f.name for f in figs],
-            "tables": [t.name for t in ptables]}
+            "tables": [t.name for t in ptables], "modes": modes.headline if modes is not None else None}
 
 
 def main_json(result: dict) -> str:

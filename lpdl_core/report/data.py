@@ -6,9 +6,11 @@
     results/{profile}/cost.json           Figure 3's numbers             (the cost rule)
     results/{profile}/partitions.csv      Figures 2, 5-7's partitions    (the partitions rule)
     {paper_dir}/{table}.csv               the paper's cells
+    {compare_dir}/runs.csv, tables/*.csv  the other fidelity mode's results (optional: the
+                                          report's "Paper text vs official code" section)
 
-A missing runs.csv, curves.csv or table CSV is one line naming the file; a missing cost.json or
-partitions.csv leaves its figure out with a warning in the report's header.
+A missing runs.csv, curves.csv or table CSV (of either folder) is one line naming the file; a
+missing cost.json or partitions.csv leaves its figure out with a warning in the report's header.
 """
 from __future__ import annotations
 
@@ -44,11 +46,13 @@ def _optional_frame(path: Path, notes: list[str], what: str) -> pd.DataFrame | N
 
 
 def load_report_data(results_dir: str | Path, paper_dir: str | Path = "workflow/paper", tables=None,
-                     profile: str | None = None) -> ReportData:
+                     profile: str | None = None, compare_dir: str | Path | None = None) -> ReportData:
     """results_dir: results/{profile}, holding what the aggregate, cost and partitions rules wrote.
-    tables: which paper artifacts (default: every one in paper_dir)."""
+    tables: which paper artifacts (default: every one in paper_dir).
+    compare_dir: another results folder of the same profile in the other fidelity mode (its
+    runs.csv and the same tables/*.csv): its cells beside these (ReportData.modes)."""
     results_dir = Path(results_dir)
-    profile = profile or results_dir.name
+    profile = profile or results_dir.name.removesuffix("-official")  # results/{profile}[-official]
     cells = tuple(load_cells(paper_dir, tables=tables))
     names = list(dict.fromkeys(c.table for c in cells))
     notes: list[str] = []
@@ -61,8 +65,30 @@ def load_report_data(results_dir: str | Path, paper_dir: str | Path = "workflow/
     curves = curves[curves["cell_id"].isin(known)].reset_index(drop=True)
     cost = _optional_json(results_dir / COST_FILE, notes, "Figure 3")
     partitions = _optional_frame(results_dir / PARTITIONS_FILE, notes, "Figures 2, 5-7")
+    compared = _compare(Path(compare_dir), names, known, runs, summary, notes) if compare_dir is not None else {}
     return ReportData(profile=profile, cells=cells, runs=runs, curves=curves, summary=summary, cost=cost,
-                      partitions=partitions, notes=tuple(notes))
+                      partitions=partitions, notes=tuple(notes), **compared)
+
+
+def _compare(compare_dir: Path, names: list[str], known: set[str], runs: pd.DataFrame,
+             summary: pd.DataFrame, notes: list[str]) -> dict:
+    """ReportData's modes, mode_names and mode_options: this folder's cells beside compare_dir's
+    (its runs.csv gives its fidelity mode, its tables/*.csv its cells)."""
+    from .modes import MODE_LABELS, column_modes, compare_modes, differing_options, runs_mode
+
+    other_runs = read_frame(compare_dir / RUNS_FILE, "runs table of the compared fidelity mode")
+    other_runs = other_runs[other_runs["cell_id"].isin(known)] if "cell_id" in other_runs else other_runs
+    other = pd.concat([read_frame(compare_dir / "tables" / f"{t}.csv", f"{t} table of the compared fidelity mode")
+                       for t in names], ignore_index=True) if names else pd.DataFrame()
+    this_mode, other_mode = runs_mode(runs), runs_mode(other_runs)
+    swapped, modes = column_modes(this_mode, other_mode)
+    if sorted(modes) != ["official", "paper"]:
+        notes.append(f"Fidelity modes compared: this folder's runs are {MODE_LABELS[this_mode].lower()}, "
+                     f"{compare_dir}'s {MODE_LABELS[other_mode].lower()}: not the paper text beside the "
+                     f"official code.")
+    left, right = (other_runs, runs) if swapped else (runs, other_runs)
+    return {"modes": compare_modes(summary, other, this_mode, other_mode), "mode_names": modes,
+            "mode_options": differing_options(left, right)}
 
 
 def rows_of(data: ReportData, table: str) -> list[dict]:

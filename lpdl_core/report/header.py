@@ -30,13 +30,20 @@ PROFILE_NOTES = {
 }
 FIDELITY_DEFAULTS = asdict(Fidelity())  # the paper's text, as every run defaults to
 FIDELITY_MEANING = {
-    "official_quant": {False: "paper text (QuantMeasure ranges are buffers; nearest rounding at eval)",
-                       True: "official code (ranges gossiped as parameters; stochastic rounding in "
-                             "train and eval)"},
+    "quant_ranges": {"buffers": "each node keeps its own activation ranges (paper)",
+                     "gossiped": "activation ranges gossiped with the model (official code)"},
+    "act_rounding": {"nearest": "nearest activation rounding (paper)",
+                     "stochastic": "stochastic activation rounding in training and eval (official code)"},
+    "range_evonorm_fp": {"hardsigmoid": "FP Range EvoNorm with the paper's hardsigmoid",
+                         "sigmoid": "FP Range EvoNorm with the official sigmoid"},
     "choco_form": {"paper": "paper's CHOCO update", "code": "official code's CHOCO update"},
     "choco_replicas": {"per-neighbour": "one replica per neighbour (paper)",
                        "official-aggregate": "official code's aggregate replica"},
     "bytes_metric": {"exact": "exact bytes on the wire", "legacy": "official 6k+3 byte count"},
+    "cell_settings": {"paper": "cells as the paper's text gives them",
+                      "run.sh": "the official run.sh settings where it ran the cell"},
+    "final_rounds": {"gossip-only": "final rounds only gossip",
+                     "train-forward": "final rounds run a train-mode forward first (official code)"},
 }
 
 

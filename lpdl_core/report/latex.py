@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from .effects_view import effects_tex
+from .modes_view import ModesView, modes_tex
 from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable
 from .table_style import CELL_COLOURS, FLAT_COLOUR, tex_tabular
 from .templating import Tex, caption, heading, tex_env, tex_escape
@@ -41,21 +42,26 @@ def _sentence(text: str) -> str:
 
 
 def table_tex(t: PaperTable) -> str:
-    """A booktabs `table` float in the paper's shape: caption (with the note and a legend), label
-    tab:<name>, the Styler tabular shrunk to the text width when wider."""
+    """A booktabs `table` float in the paper's shape: the paper's caption, label tab:<name>, the
+    Styler tabular shrunk to the text width when wider, then the note and the legend in small type
+    below it (not in the caption: LaTeX measures a caption on one line, and a long one overflows
+    TeX's largest dimension)."""
     title = heading(t.name, t.title)
     # LaTeX's "Table 1:" becomes the heading: "Table 2:" as in the paper, "Figure 1 runs:"
     name, _, number = title.partition(" ")
     text = caption(t.caption, title)
     return tex_env().get_template("table.tex.j2").render(
         t=t, tabular=tex_tabular(t), label=_safe_name(t.name), name=name, number=number,
-        short=text or title, sentences=[_sentence(s) for s in (text, t.note) if s.strip()],
+        short=text or title, sentences=[_sentence(text)] if text.strip() else [],
+        note=_sentence(t.note) if t.note.strip() else "",
         bands=DELTA_BANDS, colours=CELL_COLOURS, flat=FLAT_COLOUR, margin=LEARNED_MARGIN)
 
 
 def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
-               figures: list[Figure], figure_files: dict[str, str], effects: list | None = None) -> str:
-    """A complete article that inputs tables/<name>.tex and includes figure_files[name]."""
+               figures: list[Figure], figure_files: dict[str, str], effects: list | None = None,
+               modes: ModesView | None = None) -> str:
+    """A complete article that inputs tables/<name>.tex and includes figure_files[name]; modes:
+    the paper text beside the official code (report.modes_view), before the tables when given."""
     titles = {t.name: heading(t.name, t.title) for t in tables}
     figs = [dict(path=Tex(figure_files[f.name]), label=Tex(_safe_name(f.name)),
                  title=heading(f.name, f.title), caption=f.caption)
@@ -63,11 +69,12 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
     return tex_env().get_template("report.tex.j2").render(
         header=header, claims=list(claims), verdict_colours=VERDICT_COLOURS,
         effects=Tex(effects_tex(effects, tex_escape, titles)) if effects is not None else None,
+        modes=Tex(modes_tex(modes)) if modes is not None else None,
         tables=[dict(file=Tex(f"{_safe_name(t.name)}.tex")) for t in tables], figures=figs)
 
 
 def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims: list[Claim],
-                figures: list[Figure], effects: list | None = None) -> dict:
+                figures: list[Figure], effects: list | None = None, modes: ModesView | None = None) -> dict:
     """Write tables/*.tex, figures/*.pdf|png and report.tex under out_dir.
 
     Returns {"report": Path, "tables": {name: Path}, "figures": {name: Path}}."""
@@ -87,7 +94,7 @@ def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims:
         figure_files[f.name] = rel
         written["figures"][f.name] = out_dir / rel
     report = out_dir / "report.tex"
-    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects), encoding="utf-8")
+    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes), encoding="utf-8")
     written["report"] = report
     return written
 

@@ -29,6 +29,12 @@ class ReportData:
     cost: dict | None = None       # cost.json (Figure 3); None: not given
     partitions: pd.DataFrame | None = None  # partitions.csv (Figures 2, 5-7); None: not given
     notes: tuple[str, ...] = ()    # what could not be drawn and why (shown as header warnings)
+    # paper text vs official code (report.modes; only with a compare folder): one row per cell of
+    # both folders, the two modes' reproduced accuracies and delta = official - paper_text
+    modes: pd.DataFrame | None = None
+    mode_names: tuple[str, ...] = ()   # modes of modes' paper_text and official columns, e.g. ("paper", "official")
+    # (option, the paper_text side's values, the official side's) of each fidelity option that differs
+    mode_options: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

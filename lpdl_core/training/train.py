@@ -3,6 +3,7 @@ some epochs with per-epoch evaluation, then the official protocol's optional gos
 Returns plain data; the caller decides what to print or write."""
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -30,7 +31,10 @@ class RunCfg:
     """The training protocol of one run.
 
     batch_size is per node (the official code uses int(256 / n)). final_gossip_rounds are
-    gossip-only rounds after training (official: 50 on CIFAR, 36 on Imagenette; 0 = off).
+    gossip-only rounds after training (official: 50 on CIFAR, 36 on Imagenette; 0 = off);
+    final_rounds: "gossip-only" mixes the models and nothing else; "train-forward" first runs a
+    train-mode forward and backward on each node's next batch (no optimizer step), as the official
+    code's final rounds do, which updates activation ranges and normalization statistics.
     data_on: "device" keeps the whole dataset on the training device (fastest); "host" keeps it in
     (pinned) host memory and copies each node-stacked batch over, for datasets too big for the
     device. Augmentation runs on the training device either way.
@@ -45,6 +49,7 @@ class RunCfg:
     skew: float = 0.0
     partition_seed: int = 1234
     final_gossip_rounds: int = 0
+    final_rounds: Literal["gossip-only", "train-forward"] = "gossip-only"
     data_on: Literal["device", "host"] = "device"
     curve_eval_samples: int | None = None
 
@@ -59,6 +64,8 @@ class RunCfg:
             raise ValueError("run.final_gossip_rounds must be >= 0")
         if self.curve_eval_samples is not None and self.curve_eval_samples < 1:
             raise ValueError("run.curve_eval_samples must be >= 1 or None")
+        if self.final_rounds not in ("gossip-only", "train-forward"):
+            raise ValueError(f"run.final_rounds must be 'gossip-only' or 'train-forward', got {self.final_rounds!r}")
         if self.data_on not in ("device", "host"):
             raise ValueError(f"run.data_on must be 'device' or 'host', got {self.data_on!r}")
 
@@ -217,8 +224,14 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
                 "elapsed": elapsed_before + time.perf_counter() - t0})
         if progress is not None:
             progress({"event": "epoch", **row, "epochs": run.epochs})
+    # the final rounds' batches continue the sampler's stream past the last epoch
+    final_batches = itertools.chain.from_iterable(sampler.epoch(e) for e in itertools.count(run.epochs))
     for _ in range(run.final_gossip_rounds if status == "ok" else 0):
-        sim.gossip_round()
+        if run.final_rounds == "train-forward":
+            xb, yb = batch(next(final_batches))
+            sim.forward_round(to_train(xb), yb)
+        else:
+            sim.gossip_round()
     final = evaluate(sim, x_te, y_te.to(dev), transform=to_test).as_dict()
     if not math.isfinite(final["mean_loss"]) and status == "ok":
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}

@@ -6,11 +6,13 @@ rule aggregate:
     input:
         run_files,
     output:
-        runs="results/{profile}/runs.csv",
-        curves="results/{profile}/curves.csv",
+        runs="results/{results}/runs.csv",
+        curves="results/{results}/curves.csv",
         tables=TABLE_FILES,
+    params:
+        fidelity=lambda wc: MODES[wc.results].as_dict(),
     log:
-        "results/{profile}/logs/aggregate.log",
+        "results/{results}/logs/aggregate.log",
     conda:
         "../../envs/lpdl.yaml"
     script:
@@ -21,9 +23,9 @@ rule cost:
     """Figure 3's numbers: the analytic compute and memory cost model of ResNet-20, counted on the
     real model (and peak CUDA memory measured where a GPU is used). lpdl_core.training.cost."""
     output:
-        "results/{profile}/cost.json",
+        "results/{results}/cost.json",
     log:
-        "results/{profile}/logs/cost.log",
+        "results/{results}/logs/cost.log",
     conda:
         "../../envs/lpdl.yaml"
     shell:
@@ -34,9 +36,9 @@ rule partitions:
     """Figures 2, 5-7's numbers: per-node class counts of the official skew partition of each
     paper dataset's training set. lpdl_core.pipeline.paper_partitions."""
     output:
-        "results/{profile}/partitions.csv",
+        "results/{results}/partitions.csv",
     log:
-        "results/{profile}/logs/partitions.log",
+        "results/{results}/logs/partitions.log",
     conda:
         "../../envs/lpdl.yaml"
     shell:

@@ -1,4 +1,5 @@
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ config.clear()
 config.update(_cfg)
 
 from lpdl_core.pipeline.cells import load_cells  # noqa: E402
-from lpdl_core.config import PROFILES, TABLES, Fidelity  # noqa: E402
+from lpdl_core.config import TABLES, Fidelity, other_mode, results_name  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
 from lpdl_core.pipeline.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
 
@@ -42,7 +43,15 @@ except LpdlError as e:
     _fail(e)
 CELL_BY_ID = {c.cell_id: c for c in CELLS}
 JOBS = plan_jobs(CELLS, PROFILE, config.get("cells_per_job"))
-RUN_DIR = "results/{profile}/runs/{cell}/seed{seed}"
+# results/{results}: the profile's folder in this fidelity mode (results/mini, results/mini-official);
+# with compare_modes, the other mode's folder too, so the report shows both side by side
+RESULTS = results_name(PROFILE, FIDELITY)
+MODES = {RESULTS: FIDELITY}
+COMPARE = None
+if config.get("compare_modes"):
+    COMPARE, _other = other_mode(PROFILE, FIDELITY)
+    MODES[COMPARE] = _other
+RUN_DIR = "results/{results}/runs/{cell}/seed{seed}"
 
 # How a job runs, never what it computes: these reach the train command as globals, not params,
 # so changing them (or the spelling of a path) never reruns a finished cell. Every value is
@@ -51,29 +60,35 @@ PAPER_DIR_Q = shlex.quote(config["paper_dir"])
 DEVICE_Q = shlex.quote(config["device"])
 EXECUTOR_Q = shlex.quote(config["executor"])
 DATA_ROOT_OPT = f"--data-root {shlex.quote(config['data_root'])}" if config["data_root"] else ""
-FIDELITY_JSON_Q = shlex.quote(json.dumps(FIDELITY.as_dict(), sort_keys=True))  # typed values, no re-parsing
+PROFILE_Q = shlex.quote(PROFILE)
+
+
+def fidelity_json(wildcards) -> str:
+    """The mode's fidelity as typed JSON for the train command (no re-parsing of strings)."""
+    return json.dumps(MODES[wildcards.results].as_dict(), sort_keys=True)
 
 wildcard_constraints:
     cell=r"[a-z0-9.-]+",
     seed=r"\d+",
-    profile="|".join(PROFILES),
+    results="|".join(re.escape(r) for r in MODES),
     table="|".join(TABLES),
 
 
 def run_files(wildcards):
     """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed."""
-    return expand(RUN_DIR + "/{name}", profile=wildcards.profile, cell=[c.cell_id for c in CELLS],
+    return expand(RUN_DIR + "/{name}", results=wildcards.results, cell=[c.cell_id for c in CELLS],
                   seed=config["seeds"], name=("metrics.json", "curve.csv"))
 
 
-TABLE_FILES = [f"results/{{profile}}/tables/{t}{kind}.csv" for t in config["tables"] for kind in ("", "-paper")]
+TABLE_FILES = [f"results/{{results}}/tables/{t}{kind}.csv" for t in config["tables"] for kind in ("", "-paper")]
 PAPER_CSVS = [f"{config['paper_dir']}/{t}.csv" for t in config["tables"]]
 
 
 def job_identity(job, wildcards):
     """What defines the job's runs (each cell's columns, seed, profile, fidelity): a change reruns
     the job (its other cells come back from .kept, not recomputed)."""
-    idents = [run_identity(CELL_BY_ID[c], profile=wildcards.profile, seed=int(wildcards.seed), fidelity=FIDELITY)
+    idents = [run_identity(CELL_BY_ID[c], profile=PROFILE, seed=int(wildcards.seed),
+                           fidelity=MODES[wildcards.results])
               for c in job.cells]
     return json.dumps(idents, sort_keys=True)
 

@@ -4,18 +4,20 @@ rule report:
     latexmk is installed (else the log says why)."""
     input:
         # exactly what the report reads (lpdl_core.report.data): no run folder, no model, no torch
-        runs=f"results/{PROFILE}/runs.csv",
-        curves=f"results/{PROFILE}/curves.csv",
-        tables=expand(TABLE_FILES, profile=PROFILE),
-        cost=f"results/{PROFILE}/cost.json",
-        partitions=f"results/{PROFILE}/partitions.csv",
+        runs=f"results/{RESULTS}/runs.csv",
+        curves=f"results/{RESULTS}/curves.csv",
+        tables=expand(TABLE_FILES, results=RESULTS),
+        cost=f"results/{RESULTS}/cost.json",
+        partitions=f"results/{RESULTS}/partitions.csv",
         paper=PAPER_CSVS,
+        # compare_modes: the other fidelity mode's results, shown side by side
+        compare=[f"results/{COMPARE}/runs.csv", *expand(TABLE_FILES, results=COMPARE)] if COMPARE else [],
     output:
         html=report(REPORT_DIR + "/report.html", caption="../report/lpdl.rst", category="lpdl report"),
         tex=REPORT_DIR + "/report.tex",
         claims=REPORT_DIR + "/claims.json",
     log:
-        f"results/{PROFILE}/logs/report.log",
+        f"results/{RESULTS}/logs/report.log",
     conda:
         "../../envs/lpdl.yaml"
     script:

@@ -4,6 +4,8 @@
 #
 # A job reruns only when what defines one of its runs changes (params.identity: each cell's
 # columns, seed, profile, fidelity); device, executor, threads and paths are not part of it.
+# {results} is the fidelity mode's folder (results/mini, results/mini-official): the mode's
+# fidelity reaches the job as typed JSON.
 # Each cell resumes from its checkpoint.pt (not a declared output, so it survives a failed or
 # preempted job); a finished copy in .kept/ survives Snakemake's deletion of a failed job's
 # outputs, so a rerun restores finished cells instead of recomputing them.
@@ -17,14 +19,15 @@ for _job in JOBS:
             # every artifact of every cell: the aggregate step reads metrics.json and curve.csv
             [RUN_DIR.replace("{cell}", c) + "/" + a for c in _job.cells for a in RUN_ARTIFACTS],
         log:
-            f"results/{{profile}}/logs/train/{_job.name}/seed{{seed}}.log",
+            f"results/{{results}}/logs/train/{_job.name}/seed{{seed}}.log",
         benchmark:
-            f"results/{{profile}}/benchmarks/train/{_job.name}/seed{{seed}}.tsv"
+            f"results/{{results}}/benchmarks/train/{_job.name}/seed{{seed}}.tsv"
         params:
             identity=lambda wc, job=_job: job_identity(job, wc),
             # shell: is evaluated when the job runs, after this loop has ended: everything
             # job-specific must reach it through params, bound now
             cells=job_cells_opt(_job),
+            fidelity=fidelity_json,
         threads: config["threads_per_job"]
         priority: job_priority(_job)
         resources:
@@ -35,7 +38,7 @@ for _job in JOBS:
             "../../envs/lpdl.yaml"
         shell:
             "OMP_NUM_THREADS={threads} python -m lpdl_core train {params.cells} "
-            "--profile {wildcards.profile:q} --seed {wildcards.seed:q} "
-            "--out results/{wildcards.profile:q}/runs/{{cell}}/seed{wildcards.seed:q} "
+            "--profile {PROFILE_Q} --seed {wildcards.seed:q} "
+            "--out results/{wildcards.results:q}/runs/{{cell}}/seed{wildcards.seed:q} "
             "--paper-dir {PAPER_DIR_Q} --device {DEVICE_Q} --executor {EXECUTOR_Q} {DATA_ROOT_OPT} "
-            "--fidelity-json {FIDELITY_JSON_Q} > {log:q} 2>&1"
+            "--fidelity-json {params.fidelity:q} > {log:q} 2>&1"

@@ -10,10 +10,10 @@ from lpdl_core.pipeline.cells import load_cells
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with open(sm.log[0], "w") as log:
     try:
-        cfg, profile = sm.config, sm.wildcards.profile
+        cfg, profile = sm.config, sm.config["profile"]
         cells = load_cells(cfg["paper_dir"], tables=cfg["tables"])
         written = write_aggregate(Path(sm.output.runs).parent, cells, profile=profile, tables=cfg["tables"],
-                                  seeds=cfg["seeds"], fidelity=cfg["fidelity"])
+                                  seeds=cfg["seeds"], fidelity=sm.params.fidelity)
         print(f"aggregate: {len(cells)} cells, wrote {len(written)} files", file=log)
     except LpdlError as e:
         line = f"lpdl aggregate: error: {e}"

@@ -14,13 +14,14 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
-from ..layout import Layout
+from ..layout import Layout, node_parameters
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def _trainable(module: nn.Module) -> list[nn.Parameter]:
-    return [p for p in module.parameters() if p.requires_grad]
+def _state(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters that are node state (layout.node_parameters), in layout order."""
+    return [p for _, p in node_parameters(module)]
 
 
 class LoopExecutor:
@@ -32,12 +33,13 @@ class LoopExecutor:
         self.G = torch.zeros_like(Z)
         self.models = [make_model().to(Z.device) for _ in range(n)]
         for i, m in enumerate(self.models):
-            params = _trainable(m)
+            params = _state(m)
             if len(params) != len(layout.shapes):
                 raise ValueError("model parameters do not match the layout")
             for p, z, g in zip(params, layout.views(Z[i]), layout.views(self.G[i])):
-                p.data = z  # the module now reads node i's row of Z: gossip updates it in place
-                p.grad = g  # autograd accumulates in place into node i's row of G
+                p.data = z  # the module reads (and its forward updates frozen tensors in) node i's row of Z
+                if p.requires_grad:
+                    p.grad = g  # autograd accumulates in place into node i's row of G
 
     def loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-node mean loss (n,) and gradient rows G (n, d) on node-stacked batches."""
@@ -81,14 +83,16 @@ class BatchedExecutor:
                  Z: torch.Tensor, loss_fn: LossFn):
         self.layout, self.Z, self.loss_fn = layout, Z, loss_fn
         self.module = make_model().to(Z.device)
-        if len(_trainable(self.module)) != len(layout.shapes):
+        if len(_state(self.module)) != len(layout.shapes):
             raise ValueError("model parameters do not match the layout")
-        # Buffers are stacked per node and read-only here: vmap cannot write running statistics.
+        # Buffers are stacked per node; a train-mode forward updates its node's row in place.
         self.buffers = {k: b.unsqueeze(0).expand(n, *b.shape).clone()
                         for k, b in self.module.named_buffers()}
 
-        def node_loss(params, buffers, x, y):
-            out = functional_call(self.module, (params, buffers), (x,))
+        # frozen: the node's frozen tensors (views of Z, not differentiated): the forward
+        # updates them in place, as the loop executor's modules update their rows of Z.
+        def node_loss(params, frozen, buffers, x, y):
+            out = functional_call(self.module, (params, frozen, buffers), (x,))
             return self.loss_fn(out, y)
 
         # randomness="different": dropout masks differ per node, as with n separate modules.
@@ -99,8 +103,11 @@ class BatchedExecutor:
 
     def loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.module.train()
-        grads, losses = self._grad(self._params(), self.buffers, xb, yb)
-        G = self.layout.flatten([grads[k] for k in self.layout.names], lead=1)
+        params = self._params()
+        frozen = {k: params.pop(k) for k in self.layout.frozen}
+        grads, losses = self._grad(params, frozen, self.buffers, xb, yb)
+        G = self.layout.flatten([grads[k] if k in grads else torch.zeros_like(frozen[k])
+                                 for k in self.layout.names], lead=1)
         return losses.detach(), G
 
     @torch.no_grad()

@@ -5,6 +5,11 @@ One training iteration at every node i (official-code.md section 1.2, made synch
   2. local step x̃_i = x_i - lr·d_i (SGD-Nesterov with weight decay, or QGM);
   3. gossip round of the configured algorithm -> x_{t+1}, u_{t+1} (and QGM's correction);
   4. z = x / u, written in place into the buffer the executor's modules read.
+
+Frozen tensors (Layout.frozen: the official code's activation ranges kept as parameters) are
+node state too: the forward pass of step 1 updates them in z, after which x ← z·u on their
+columns (the official end-of-backward x ← z·u); the optimizer never moves them and keeps no
+momentum for them; gossip mixes, compresses and counts them with the weights.
 """
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ from ...errors import DeviceUnavailable
 from .. import algorithms, optim
 from ..algorithms.base import GossipCfg
 from ..compress import message_bytes
-from ..layout import Layout
+from ..layout import Layout, node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
 from .executors import EXECUTORS, make_executor
@@ -69,10 +74,11 @@ class Simulator:
         torch.manual_seed(engine.seed)  # every node starts from the same x_0
         model0 = make_model()
         self.layout = Layout.from_module(model0)
-        x0 = self.layout.flatten([p.detach() for p in model0.parameters() if p.requires_grad])
+        x0 = self.layout.flatten([p.detach() for _, p in node_parameters(model0)])
         self.x = x0.to(self.device).unsqueeze(0).repeat(n, 1)
         self.u = torch.ones(n, device=self.device, dtype=self.x.dtype)
         self.z = self.x.clone()
+        self.frozen = self.layout.frozen_mask(self.device)  # None: every tensor is trainable
         self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn)
         self.algorithm = algorithms.get(gossip.algorithm)
         self.algo_state = self.algorithm.init(self.x, topology=topology, cfg=gossip)
@@ -94,7 +100,11 @@ class Simulator:
     def train_step(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
         """One iteration on node-stacked batches xb (n, B, ...), yb (n, B). Returns losses (n,)."""
         losses, g = self.executor.loss_and_grad(xb, yb)
+        self._sync_frozen()
         x_tilde, self.opt_state = optim.local_step(self.x, g, self.opt_state, lr, self.optim_cfg)
+        if self.frozen is not None:  # the optimizer never moves frozen tensors
+            x_tilde = torch.where(self.frozen, self.x, x_tilde)
+            self._no_frozen_momentum()
         self._gossip(x_tilde, lr)
         return losses
 
@@ -102,12 +112,35 @@ class Simulator:
         """A gossip-only round (no optimizer step): the official protocol's final R rounds."""
         self._gossip(self.x, None)
 
+    def forward_round(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """A final round as the official code runs it: a train-mode forward and backward on each
+        node's batch (which updates activation ranges and normalization statistics; gradients
+        are dropped, no optimizer step), then a gossip-only round. Returns the losses (n,)."""
+        losses, _ = self.executor.loss_and_grad(xb, yb)
+        self._sync_frozen()
+        self.gossip_round()
+        return losses
+
+    def _no_frozen_momentum(self) -> None:
+        """Optimizer state stays zero on frozen columns (the official optimizer skips tensors
+        without a gradient, so it keeps no momentum for them)."""
+        st = self.opt_state
+        self.opt_state = st._replace(**{k: torch.where(self.frozen, 0.0, b)
+                                        for k, b in (("buf", st.buf), ("buf2", st.buf2)) if b is not None})
+
+    def _sync_frozen(self) -> None:
+        """x ← z·u on the frozen columns, which the forward pass has just updated in z."""
+        if self.frozen is not None:
+            self.x = torch.where(self.frozen, self.z * self.u[:, None], self.x)
+
     def _gossip(self, x_tilde: torch.Tensor, lr: float | None) -> None:
         r = self.algorithm.step(self.algo_state, x=self.x, x_tilde=x_tilde, u=self.u, W=self.W(self.t),
                                 t=self.t, cfg=self.gossip_cfg, layout=self.layout,
                                 generator=self.generator)
         if lr is not None:
             self.opt_state = optim.qgm_correct(self.opt_state, r.x, x_tilde, r.u, lr, self.optim_cfg)
+            if self.frozen is not None:
+                self._no_frozen_momentum()
         self.x, self.u, self.algo_state = r.x, r.u, r.state
         self.bytes_sent += r.sent.to(torch.float64) * self.message_bytes
         self.t += 1
