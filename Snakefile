@@ -16,5 +16,5 @@ localrules: aggregate, partitions, report, all
 rule all:
     input:
         expand("results/{results}/tables/{table}.csv", results=RESULTS, table=config["tables"]),
-        REPORT_DIR + "/report.html",
+        f"{REPORT_DIR}/report.html",
     default_target: True

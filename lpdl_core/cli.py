@@ -1,7 +1,12 @@
-"""`lpdl` command line: the only module that parses argv or prints."""
+"""`lpdl` command line: the only module that parses argv or prints.
+
+Command results (tables, JSON, written paths) go to stdout; progress and notices go to stderr
+through stdlib logging (logger "lpdl", one `lpdl: ...` line each; -v adds debug lines, -q keeps
+only warnings); errors are one `lpdl <cmd>: error: ...` line on stderr."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -9,13 +14,31 @@ import numpy as np
 
 from .errors import LpdlError
 
+log = logging.getLogger("lpdl.cli")
+
 # Upper bounds that stop absurd sizes before anything is allocated.
 MAX_NODES = {"topology": 1024, "partition": 1024, "demo": 64, "bench": 256}
 MAX_BATCH = 4096
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with `(default: X)` where X says something: not for flags, nor for
+    None (not given; the help says what that means), nor where the help already names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        d, text = action.default, action.help or ""
+        if d is None or d is False or d == [] or d == argparse.SUPPRESS or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with its usage errors as one line: `lpdl <cmd>: error: <why>`, exit 2."""
+    """argparse with its usage errors as one line: `lpdl <cmd>: error: <why>`, exit 2, and help
+    that shows defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -95,7 +118,7 @@ def _cmd_partition(a: argparse.Namespace) -> int:
         fmt = a.format or ("json" if a.out.endswith(".json") else "csv")
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         write_histograms(hist, a.out, fmt=fmt)
-        print(f"wrote {a.out}")
+        log.info("wrote %s", a.out)
     return 0
 
 
@@ -105,7 +128,8 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     from .training.demo import DEFAULT_RUNS, format_table, run_demo
 
     total = len(DEFAULT_RUNS) * a.epochs
-    with tqdm(total=total, unit="epoch", file=sys.stderr, disable=a.quiet) as bar:
+    quiet = a.quiet or not log.isEnabledFor(logging.INFO)
+    with tqdm(total=total, unit="epoch", file=sys.stderr, disable=quiet) as bar:
         def progress(run, ev):
             if ev["event"] == "epoch":
                 bar.set_description(f"{run.algorithm} {run.compression:.0%}")
@@ -127,9 +151,17 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     from .training.bench import bench_step
 
     _out_file(a.out)
+
+    def progress(ev: dict) -> None:
+        if ev["event"] == "build":
+            log.info("bench: building %d %s %s nodes", a.nodes, ev["precision"], a.model)
+        elif ev["event"] == "step":
+            times = " ".join(f"{p} {s:.3f}s" for p, s in ev["seconds"].items())
+            log.info("bench: step %d/%d%s: %s", ev["step"], ev["total"], " (warm-up)" if ev["warmup"] else "", times)
+
     res = bench_step(model=a.model, nodes=a.nodes, batch=a.batch, steps=a.steps, warmup=a.warmup,
                      executor=a.executor, device=a.device, dataset=a.dataset,
-                     precisions=tuple(a.precisions.split(",")))
+                     precisions=tuple(a.precisions.split(",")), progress=progress)
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
@@ -141,7 +173,10 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 def _cmd_models(a: argparse.Namespace) -> int:
     from .models.registry import format_model_table, model_table
 
-    print(format_model_table(model_table()))
+    def progress(ev: dict) -> None:
+        log.info("models: building %s (%d/%d)", ev["name"], ev["index"], ev["total"])
+
+    print(format_model_table(model_table(progress=progress)))
     return 0
 
 
@@ -186,7 +221,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
     failed = []
     for i, cell in enumerate(todo, 1):
         if len(todo) > 1:
-            print(f"[{i}/{len(todo)}] {cell.cell_id}", flush=True)
+            log.info("[%d/%d] %s", i, len(todo), cell.cell_id)
         try:
             if cell.cell_id in shared:
                 _share_one(a, cell, cells[shared[cell.cell_id]], out_of, fidelity)
@@ -215,48 +250,55 @@ def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
 
 def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
     import time
+    from contextlib import nullcontext
 
     from .pipeline.runcell import run_cell
 
     t0 = time.time()
     name = cell.cell_id
-    # in a terminal: a progress bar over epochs; always: one log line per epoch with an ETA
-    bar = None
-    if sys.stderr.isatty():
+    log.debug("[%s] profile %s, seed %s, device %s, executor %s, data root %s, fidelity %s -> %s", name,
+              a.profile, a.seed if a.seed is not None else "the cell's", a.device, a.executor,
+              a.data_root or "$LPDL_DATA or ./data", fidelity, out)
+    # in a terminal: a progress bar over epochs (log lines printed above it); always: one INFO
+    # log line per epoch with an ETA (on stderr; the cell's outcome goes to stdout)
+    bar, above_bar = None, nullcontext()
+    if sys.stderr.isatty() and log.isEnabledFor(logging.INFO):
         from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
         bar = tqdm(total=None, unit="epoch", desc=name, file=sys.stderr, leave=False)
-    say = (lambda line: bar.write(line)) if bar is not None else (lambda line: print(line, flush=True))
+        above_bar = logging_redirect_tqdm([logging.getLogger("lpdl")])
 
     def progress(ev: dict) -> None:
         if ev["event"] == "restored":
-            say(f"[{name}] restored the finished result of exactly these settings and this code "
-                f"from {ev['source']} (nothing to recompute)")
+            log.info(f"[{name}] restored the finished result of exactly these settings and this code "
+                     f"from {ev['source']} (nothing to recompute)")
         elif ev["event"] == "checkpoint-set-aside":
-            say(f"[{name}] {ev['path']} cannot be used ({ev['reason']}); moved it to "
-                f"{ev['moved_to']} and started the cell from scratch")
+            log.warning(f"[{name}] {ev['path']} cannot be used ({ev['reason']}); moved it to "
+                        f"{ev['moved_to']} and started the cell from scratch")
         elif ev["event"] == "resumed":
-            say(f"[{name}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
+            log.info(f"[{name}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
             if bar is not None:
                 bar.reset(total=ev["epochs"])
                 bar.update(ev["epoch"])
         elif ev["event"] == "epoch":
             done = ev["epoch"] + 1
             eta = (time.time() - t0) / max(done, 1) * (ev["epochs"] - done)
-            say(f"[{name}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
-                f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
-                f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s")
+            log.info(f"[{name}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
+                     f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
+                     f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s")
             if bar is not None:
                 bar.total = ev["epochs"]
                 bar.set_postfix(loss=f"{ev['train_loss']:.3f}", acc=f"{ev['mean_acc']:.1f}")
                 bar.update(done - bar.n)
 
     try:
-        m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
-                     executor=a.executor, data_root=a.data_root, progress=progress)
+        with above_bar:
+            m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
+                         executor=a.executor, data_root=a.data_root, progress=progress)
     finally:
         if bar is not None:
             bar.close()
-    f = m["final"]
+    f = m["final"]  # the cell's outcome: a result, on stdout
     if m["status"] == "ok":
         print(f"[{name}] ok: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
               f"({m['wall_time_s']:.1f}s) -> {out}", flush=True)
@@ -389,6 +431,17 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed distribution's version, else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lpdl_core")
+    except PackageNotFoundError:
+        import lpdl_core
+        return getattr(lpdl_core, "__version__", "unknown")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .config import (
         CELLS_PER_JOB,
@@ -403,133 +456,154 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from .decentral.partition import KNOWN_CLASS_SIZES
 
+    device = "where to compute: auto (CUDA when available), cpu or cuda"
+    executor = "how the n nodes' forward/backward passes run: loop (one node after another) or batched (same math)"
+    paper_dir = "folder of the paper's cell tables (table1.csv, ..., fig1.csv)"
+    profile = "protocol: mini (embedded stand-ins, a laptop) or paper (the paper's); default: the folder's name"
+    seeds = "only this seed (repeatable; default: every seed found)"
+    skew = "fraction of each node's data drawn from its own classes, in [0, 1]"
+    also_json = "also write the JSON to this file (not given: stdout only)"
+
     p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
                                 "(Aketi, Kodge, Roy 2021): core tools")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    p.add_argument("--version", action="version", version=f"lpdl {_version()}")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", dest="log_level", action="store_const", const=logging.DEBUG,
+                      default=logging.INFO, help="also print debug messages on stderr "
+                      "(default: progress lines and notices)")
+    loud.add_argument("-q", "--quiet", dest="log_level", action="store_const", const=logging.WARNING,
+                      help="print only warnings and errors on stderr: no progress lines or bars")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
 
-    t = sub.add_parser("topology", help="print a graph's mixing matrix W, neighbours and SLEM")
-    t.add_argument("--graph", choices=GRAPHS, default="directed-ring")
-    t.add_argument("--nodes", type=_count(1, MAX_NODES["topology"]), default=8)
-    t.add_argument("--rows", type=int, default=None, help="torus rows (default: squarest)")
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text.replace("%%", "%"))
+
+    t = command("topology", "print a graph's mixing matrix W, neighbours and SLEM")
+    t.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
+    t.add_argument("--nodes", type=_count(1, MAX_NODES["topology"]), default=8, help="number of nodes")
+    t.add_argument("--rows", type=int, default=None, help="torus rows, a divisor of --nodes (default: squarest)")
     t.add_argument("--seed", type=int, default=0, help="random-directed graph seed")
-    t.add_argument("--t", type=_count(0), default=0, help="iteration (time-varying graphs)")
+    t.add_argument("--t", type=_count(0), default=0, help="iteration whose W is shown (time-varying graphs)")
     t.set_defaults(func=_cmd_topology)
 
-    q = sub.add_parser("partition", help="print the paper's skew partition per node")
-    q.add_argument("--dataset", choices=sorted(KNOWN_CLASS_SIZES))
-    q.add_argument("--class-sizes", help="comma-separated class sizes, e.g. 5000,5000,...")
-    q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8)
-    q.add_argument("--skew", type=_unit, default=0.8)
+    q = command("partition", "print the paper's skew partition per node")
+    q.add_argument("--dataset", choices=sorted(KNOWN_CLASS_SIZES),
+                   help="take the class sizes of this dataset (give this or --class-sizes)")
+    q.add_argument("--class-sizes", help="comma-separated class sizes, e.g. 5000,5000,... (give this or --dataset)")
+    q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8, help="number of nodes")
+    q.add_argument("--skew", type=_unit, default=0.8, help=skew)
     q.add_argument("--seed", type=int, default=1234, help="partition seed (official: 1234)")
-    q.add_argument("--out", help="write the histogram table to this .csv or .json file")
-    q.add_argument("--format", choices=("csv", "json"))
+    q.add_argument("--out", help="also write the histogram table to this .csv or .json file")
+    q.add_argument("--format", choices=("csv", "json"), help="format of --out (default: json for a .json file, else csv)")
     q.set_defaults(func=_cmd_partition)
 
-    d = sub.add_parser("demo", help="DS vs CHOCO at 0%% and 99%% compression on embedded digits")
-    d.add_argument("--epochs", type=_count(1, 10000), default=20)
-    d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8)
-    d.add_argument("--skew", type=_unit, default=0.8)
-    d.add_argument("--graph", choices=GRAPHS, default="directed-ring")
-    d.add_argument("--executor", choices=EXECUTORS, default="loop")
-    d.add_argument("--device", choices=DEVICES, default="auto")
-    d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d = command("demo", "DS vs CHOCO at 0%% and 99%% compression on embedded digits")
+    d.add_argument("--epochs", type=_count(1, 10000), default=20, help="training epochs of each run")
+    d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8, help="number of nodes")
+    d.add_argument("--skew", type=_unit, default=0.8, help=skew)
+    d.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
+    d.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    d.add_argument("--device", choices=DEVICES, default="auto", help=device)
+    d.add_argument("--quiet", action="store_true", help="no progress bar (as lpdl -q)")
     d.set_defaults(func=_cmd_demo)
 
-    b = sub.add_parser("bench", help="FP vs 8-bit step time of the n-node simulator (JSON)")
-    b.add_argument("--model", choices=CNN_MODELS, default="resnet20")
+    b = command("bench", "FP vs 8-bit step time of the n-node simulator (JSON)")
+    b.add_argument("--model", choices=CNN_MODELS, default="resnet20", help="the model to time")
     b.add_argument("--dataset", choices=IMAGE_DATASETS, default=None,
                    help="the input size to build for (default: the model's own dataset)")
-    b.add_argument("--nodes", type=_count(1, MAX_NODES["bench"]), default=8)
+    b.add_argument("--nodes", type=_count(1, MAX_NODES["bench"]), default=8, help="number of nodes")
     b.add_argument("--batch", type=_count(1, MAX_BATCH), default=32, help="batch per node")
-    b.add_argument("--steps", type=_count(1, 100000), default=10)
-    b.add_argument("--warmup", type=_count(0, 100000), default=2)
-    b.add_argument("--executor", choices=EXECUTORS, default="loop")
-    b.add_argument("--device", choices=DEVICES, default="auto")
+    b.add_argument("--steps", type=_count(1, 100000), default=10, help="timed steps")
+    b.add_argument("--warmup", type=_count(0, 100000), default=2, help="untimed steps before them")
+    b.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    b.add_argument("--device", choices=DEVICES, default="auto", help=device)
     b.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, of: " + ", ".join(PRECISIONS))
-    b.add_argument("--out", help="also write the JSON here")
+    b.add_argument("--out", help=also_json)
     b.set_defaults(func=_cmd_bench)
 
-    tr = sub.add_parser("train", help="run paper cells (each resumes from its checkpoint; skips if done)")
+    tr = command("train", "run paper cells (each resumes from its checkpoint; skips if done)")
     tr.add_argument("--cell", required=True, action="append",
                     help="cell id, see `lpdl cells`; repeat to run several in one process")
-    tr.add_argument("--profile", choices=PROFILES, default="mini")
+    tr.add_argument("--profile", choices=PROFILES, default="mini",
+                    help="protocol: mini (embedded stand-ins, a laptop) or paper (the paper's)")
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
-    tr.add_argument("--seed", type=_count(0), default=None, help="default: the cell's seed (1234)")
-    tr.add_argument("--paper-dir", default="workflow/paper")
-    tr.add_argument("--data-root", default=None, help="default: $LPDL_DATA or ./data")
-    tr.add_argument("--device", choices=DEVICES, default="auto")
-    tr.add_argument("--executor", choices=EXECUTORS, default="loop")
+    tr.add_argument("--seed", type=_count(0), default=None, help="random seed (default: the cell's own, 1234)")
+    tr.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
+    tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
+    tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
     fid = tr.add_mutually_exclusive_group()
     fid.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
                      help="official-code behaviours: one preset (paper | official) or options, e.g. "
-                          "quant_ranges=gossiped choco_form=code")
+                          "quant_ranges=gossiped choco_form=code (not given: the paper's)")
     fid.add_argument("--fidelity-json", default=None, metavar="JSON",
                      help='the same as one JSON object with typed values, e.g. {"quant_ranges": "gossiped"} or "official" '
                           "(how the workflow passes them)")
     tr.set_defaults(func=_cmd_train)
 
-    ce = sub.add_parser("cells", help="list the paper's cells (one training run each)")
-    ce.add_argument("--paper-dir", default="workflow/paper")
-    ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable)")
+    ce = command("cells", "list the paper's cells (one training run each)")
+    ce.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default: all)")
     ce.set_defaults(func=_cmd_cells)
 
-    r = sub.add_parser("report", help="HTML + LaTeX/PDF report of a results folder beside the paper")
+    r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")
     r.add_argument("--results", default="results/mini", help="results/<profile> folder")
     r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
-    r.add_argument("--paper-dir", default="workflow/paper")
+    r.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
     r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
     r.add_argument("--compare", metavar="DIR", default=None,
-                   help="another results folder of the same profile in the other fidelity mode, shown side by side")
+                   help="another results folder of the same profile in the other fidelity mode, shown side by "
+                        "side (not given: no comparison)")
     r.set_defaults(func=_cmd_report)
 
-    ag = sub.add_parser("aggregate", help="a results folder's runs -> runs.csv, curves.csv, tables/*.csv")
+    ag = command("aggregate", "a results folder's runs -> runs.csv, curves.csv, tables/*.csv")
     ag.add_argument("results", help="results/<profile> holding runs/")
-    ag.add_argument("--profile", choices=PROFILES, default=None, help="default: the folder's name")
-    ag.add_argument("--paper-dir", default="workflow/paper")
+    ag.add_argument("--profile", choices=PROFILES, default=None, help=profile)
+    ag.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
     ag.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
-    ag.add_argument("--seed", type=_count(0), action="append", help="only these seeds (default: all found)")
+    ag.add_argument("--seed", type=_count(0), action="append", help=seeds)
     ag.set_defaults(func=_cmd_aggregate)
 
-    co = sub.add_parser("cost", help="Figure 3's compute and memory cost model (JSON)")
-    co.add_argument("--device", choices=DEVICES, default="auto", help="measure peak memory on CUDA when used")
-    co.add_argument("--out", help="also write the JSON here (e.g. results/mini/cost.json)")
+    co = command("cost", "Figure 3's compute and memory cost model (JSON)")
+    co.add_argument("--device", choices=DEVICES, default="auto", help=device + "; measures peak memory on CUDA")
+    co.add_argument("--out", help=also_json + " (e.g. results/mini/cost.json)")
     co.set_defaults(func=_cmd_cost)
 
-    pf = sub.add_parser("partition-figures", help="Figures 2, 5-7: per-node class counts of the paper's partitions (CSV)")
+    pf = command("partition-figures", "Figures 2, 5-7: per-node class counts of the paper's partitions (CSV)")
     pf.add_argument("--out", help="write the CSV here (e.g. results/mini/partitions.csv); default: print it")
     pf.set_defaults(func=_cmd_partition_figures)
 
-    m = sub.add_parser("models", help="every model with its FP and LP parameter counts (Table 1)")
+    m = command("models", "every model with its FP and LP parameter counts (Table 1)")
     m.set_defaults(func=_cmd_models)
 
-    ti = sub.add_parser("timing", help="where a pipeline run's time went (JSON): job start-up vs training")
+    ti = command("timing", "where a pipeline run's time went (JSON): job start-up vs training")
     ti.add_argument("results", help="results/<profile> of a finished run")
-    ti.add_argument("--profile", choices=PROFILES, default=None, help="default: the folder's name")
+    ti.add_argument("--profile", choices=PROFILES, default=None, help=profile)
     ti.add_argument("--cells-per-job", choices=CELLS_PER_JOB, default=None,
                     help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
-    ti.add_argument("--seed", type=int, action="append", help="only these seeds (default: all found)")
-    ti.add_argument("--paper-dir", default="workflow/paper")
-    ti.add_argument("--out", help="also write the JSON here")
+    ti.add_argument("--seed", type=int, action="append", help=seeds)
+    ti.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    ti.add_argument("--out", help=also_json)
     ti.set_defaults(func=_cmd_timing)
 
-    tg = sub.add_parser("targets", help="check the mini profile's learning targets on finished runs")
+    tg = command("targets", "check the mini profile's learning targets on finished runs")
     tg.add_argument("results", help="results/<profile> of a finished run")
-    tg.add_argument("--seed", type=int, action="append", help="only these seeds (default: all found)")
-    tg.add_argument("--paper-dir", default="workflow/paper")
-    tg.add_argument("--out", help="also write the checks as JSON here")
+    tg.add_argument("--seed", type=int, action="append", help=seeds)
+    tg.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    tg.add_argument("--out", help="also write the checks as JSON to this file (not given: only the table)")
     tg.set_defaults(func=_cmd_targets)
 
-    u = sub.add_parser("unlock", help="clear Snakemake's lock if no live Snakemake works in the folder")
+    u = command("unlock", "clear Snakemake's lock if no live Snakemake works in the folder")
     u.add_argument("--directory", default=".", help="the workflow folder (default: here)")
     u.set_defaults(func=_cmd_unlock)
     return p
 
 
-def _setup_logging() -> None:
-    """Library notices (a rebuilt cache, ...) as one `lpdl: ...` line each on stderr."""
-    import logging
+def _setup_logging(level: int = logging.INFO) -> None:
+    """Progress and notices (the CLI's and the library's: a rebuilt cache, ...) as one `lpdl: ...`
+    line each on stderr, from `level` up."""
 
     class CurrentStderr(logging.StreamHandler):
         """Writes to whatever sys.stderr is at the time of the record (tests swap it)."""
@@ -547,12 +621,15 @@ def _setup_logging() -> None:
         handler = CurrentStderr()
         handler.setFormatter(logging.Formatter("lpdl: %(message)s"))
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+    logger.setLevel(level)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging()
+    _setup_logging(args.log_level)
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "log_level")}
+    log.debug("lpdl %s (python %s), command %s, options: %s", _version(), sys.version.split()[0], args.command,
+              ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none")
     try:
         return args.func(args)
     except BrokenPipeError:  # e.g. `lpdl cells | head`

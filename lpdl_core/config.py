@@ -54,6 +54,7 @@ MINI_STANDINS = {
                                   "3x3 stem"),
     "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),
 }
+GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N | --gres=gpu:N
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
 
@@ -223,7 +224,7 @@ def with_vocabulary(schema: Mapping) -> dict:
     out = copy.deepcopy(dict(schema))
     props = out["properties"]
     for key, names in (("profile", PROFILES), ("device", DEVICES), ("executor", EXECUTORS),
-                       ("cells_per_job", CELLS_PER_JOB)):
+                       ("cells_per_job", CELLS_PER_JOB), ("gpu_request", GPU_REQUESTS)):
         props[key]["enum"] = list(names)
     props["tables"]["items"]["enum"] = list(TABLES)
     fid = props["fidelity"]["oneOf"]

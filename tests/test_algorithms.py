@@ -1,6 +1,7 @@
-"""Tests for lpdl_core.decentral.algorithms (gossip rules) against official-code.md sections 1 and 12
-(items 4-8): push-sum weights, mass conservation, equivalences, DS/CHOCO internals, Bagua-lp's
-formula, convergence on a non-IID least-squares problem, and GossipCfg validation.
+"""Tests for lpdl_core.decentral.algorithms (gossip rules) against docs/official-code.md, 'How the
+official code trains' and its 'Invariants': push-sum weights, mass conservation, equivalences,
+DS/CHOCO internals, Bagua-lp's formula, convergence on a non-IID least-squares problem, and
+GossipCfg validation.
 
 All invariant tests run in float64 on random stacked (n, d) node states.
 """
@@ -76,7 +77,7 @@ def run(alg: str, tp: Topology, cfg: GossipCfg, T: int, *, seed: int = 0, x0=Non
     return out
 
 
-# --- 1. topologies, column stochasticity and push-sum weights (section 12, item 4) ----------
+# --- 1. topologies, column stochasticity and push-sum weights ('Push-sum weight') ------------
 
 GRAPH_CASES = [(g, 8) for g in GRAPHS] + [("torus", 16), ("grid-official", 16)]
 
@@ -125,7 +126,7 @@ def test_random_directed_is_irregular():
     assert len({len(o) for o in topo("random-directed").out_neighbours()}) > 1
 
 
-# --- 2. mass conservation (section 12, item 5) ---------------------------------------------
+# --- 2. mass conservation ('Invariants') -----------------------------------------------------
 
 CONSERVE_GRAPHS = ("directed-ring", "random-directed", "time-varying-exponential")
 CONSERVE_CASES = (
@@ -164,7 +165,8 @@ def test_choco_paper_form_conserves_mass_on_regular_graphs(graph):
 def test_choco_paper_form_does_not_conserve_mass_on_irregular_graph():
     """Paper form Σ_j (W_ij − I_ij)(x̂_j − x̂_i) = code form + (1 − Σ_j W_ij) x̂_i. On random-directed
     the rows of W do not sum to 1, so Σ_i x_i changes by η Σ_i (1 − rowsum_i) x̂_i ≠ 0 while the
-    code form's Σ_i Σ_j (W_ij − I_ij) x̂_j is 0 by column stochasticity (official-code.md 1.7.1)."""
+    code form's Σ_i Σ_j (W_ij − I_ij) x̂_j is 0 by column stochasticity (docs/official-code.md,
+    'Where the code departs from Algorithms 4 and 5')."""
     tp = topo("random-directed")
     cfg = GossipCfg(algorithm="choco", eta=0.5, compressor=TOPK, choco_form="paper")
     rounds = run("choco", tp, cfg, 5)
@@ -206,7 +208,7 @@ def test_bagua_lp_identity_is_dpsgd_with_gradient_outside_mixing():
     run("bagua-lp", tp, cfg, 5, hook=hook)
 
 
-# --- 3. equivalences (section 12, item 8) ---------------------------------------------------
+# --- 3. equivalences ('Invariants') ----------------------------------------------------------
 
 def _trajectory(alg, tp, cfg, T=15):
     rs = run(alg, tp, cfg, T, seed=3)
@@ -239,7 +241,8 @@ def test_ds_choco_dpsgd_equivalent_without_compression(graph):
 
 
 def test_choco_paper_form_differs_from_dpsgd_on_irregular_graph():
-    """Documented difference (official-code.md 1.7.1): only the code form is SGP there."""
+    """Documented difference (docs/official-code.md, 'Where the code departs from Algorithms 4
+    and 5'): only the code form is SGP there."""
     tp = topo("random-directed")
     xs, _ = _trajectory("dpsgd", tp, GossipCfg(algorithm="dpsgd"))
     xp, _ = _trajectory("choco", tp, GossipCfg(algorithm="choco", choco_form="paper"))
@@ -269,7 +272,7 @@ def test_eta_zero_never_mixes_bagua(graph):
         assert torch.equal(r.u, torch.ones(N, dtype=DT))
 
 
-# --- 4. DS internals (section 12, item 6) ---------------------------------------------------
+# --- 4. DS internals ('Deep-Squeeze (`gossip_ds`)', 'Invariants') ----------------------------
 
 @pytest.mark.parametrize("graph", ["directed-ring", "random-directed"])
 @pytest.mark.parametrize("ratio", [0.5, 0.9, 0.99])
@@ -311,7 +314,7 @@ def test_ds_identity_keeps_delta_zero():
         assert torch.equal(r.state.delta, torch.zeros_like(r.x))
 
 
-# --- 5. CHOCO internals (section 12, items 7 and 8) -----------------------------------------
+# --- 5. CHOCO internals ('CHOCO-SGD (`gossip_choco`)', 'Invariants') -------------------------
 
 @pytest.mark.parametrize("replicas", ["per-neighbour", "official-aggregate"])
 @pytest.mark.parametrize("graph", ["directed-ring", "random-directed", "time-varying-exponential"])
@@ -380,7 +383,8 @@ def test_choco_official_aggregate_equals_per_neighbour_on_static_graphs(name, n,
 
 def test_choco_time_varying_per_neighbour_replicas_vs_official_aggregate():
     """Per-neighbour replicas stay exact on time-varying-exponential; the official single
-    aggregate S_i (section 1.6: 'CHOCO is incorrect on any time-varying graph') does not."""
+    aggregate S_i (it assumes fixed in-neighbours and weights: docs/official-code.md, 'Graphs and
+    mixing weights') does not."""
     tp = topo("time-varying-exponential")
     assert tp.time_varying and tp.period == 3
     cfg = GossipCfg(algorithm="choco", eta=0.5, compressor=TOPK, choco_form="code")

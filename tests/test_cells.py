@@ -9,7 +9,9 @@ import pytest
 from lpdl_core.pipeline.cells import COLUMNS, Cell, cells_by_id, expected_counts, load_cells
 
 PAPER_DIR = Path(__file__).resolve().parent.parent / "workflow" / "paper"
-PAPER_TXT = Path(os.environ.get("LPDL_PAPER_TXT", "/work/shared/paper/paper-low-precision-decentralized.txt"))
+# The paper's text (arXiv 2111.09389 v1 as plain text, tables tab-separated) does not ship with the
+# repository; set LPDL_PAPER_TXT to a copy to check every paper_acc against it.
+PAPER_TXT = Path(os.environ["LPDL_PAPER_TXT"]) if os.environ.get("LPDL_PAPER_TXT") else None
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +154,8 @@ def _paper_numbers(start: str, stop: str, k: int) -> list[str]:
     return out
 
 
-@pytest.mark.skipif(not PAPER_TXT.exists(), reason="paper text not available")
+@pytest.mark.skipif(PAPER_TXT is None or not PAPER_TXT.is_file(),
+                    reason="paper text not available (set LPDL_PAPER_TXT)")
 @pytest.mark.parametrize("table, start, stop, k", [
     ("table1", "Table 1. Baseline", "### 4.1", 2),
     ("table2", "Table 2. Decentralized training of CIFAR-10", "Table 3. Results", 4),

@@ -1,5 +1,6 @@
-"""Tests for lpdl_core.decentral.compress: kept counts and byte metrics against official-code.md
-(sections 2, 12.6, 12.10, 12.11), and each compressor against a per-node reference loop."""
+"""Tests for lpdl_core.decentral.compress: kept counts and byte metrics against
+docs/official-code.md, 'Compression and byte counts' and 'Invariants', and each compressor
+against a per-node reference loop."""
 import math
 
 import pytest

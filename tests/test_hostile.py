@@ -116,9 +116,9 @@ def file_not_dir(tmp_path) -> Path:
 @pytest.mark.parametrize("args, planned", [
     (["seeds=[1,2,3]"], "seed3/metrics.json"),                        # the README's own example
     (["seeds=[1, 2]"], "seed2/metrics.json"),
-    (["fidelity={quant_ranges: gossiped}"], '"quant_ranges": "gossiped"'),   # typed JSON to the job
-    (["fidelity={act_rounding: stochastic, bytes_metric: legacy}"], '"bytes_metric": "legacy"'),
-    (["fidelity=official"], '"cell_settings": "run.sh"'),                  # the one switch
+    (["fidelity={quant_ranges: gossiped}"], "results/mini/runs/"),        # typed JSON: test_workflow
+    (["fidelity={act_rounding: stochastic, bytes_metric: legacy}"], "results/mini/runs/"),
+    (["fidelity=official"], "results/mini-official/runs/"),                 # the one switch
     (["demo={epochs: 2, nodes: 4, skew: 0.8}"], "seed1234/metrics.json"),
 ])
 def test_config_nested_values_documented_forms_work(args, planned):
@@ -152,13 +152,28 @@ def test_config_missing_paper_dir_is_one_line():
     assert p.returncode != 0 and len(lines) == 1 and "/nonexistent/paper" in lines[0], p.stderr
 
 
-def test_config_data_root_reaches_the_shell_quoted(tmp_path):
+def test_config_data_root_reaches_the_job_as_one_argument(tmp_path, monkeypatch):
+    """The train job execs lpdl with an argument list (workflow/scripts/train.py), no shell: a
+    data_root full of shell syntax is one argument and runs nothing."""
+    import os
+    import runpy
+    from types import SimpleNamespace
+
     evil = f"{tmp_path}/my x; touch {tmp_path}/PWNED; $(touch {tmp_path}/PWNED2) `false`"
-    p = smk(ROOT, "-n", "-p", "--forceall", "--nolock", "--config", "tables=[table1]", f"data_root={evil}")
+    p = smk(ROOT, "-n", "--forceall", "--nolock", "--config", "tables=[table1]", f"data_root={evil}")
     assert p.returncode == 0, p.stderr[-2000:]
-    cmd = next(l for l in p.stdout.splitlines() if "lpdl_core train" in l)
-    argv = shlex.split(cmd.split("python -m lpdl_core", 1)[1])
+    calls = {}
+    monkeypatch.setattr(os, "execv", lambda exe, argv: calls.update(argv=argv))
+    monkeypatch.setattr(os, "dup2", lambda a, b: None)
+    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": "workflow/paper", "device": "cpu",
+                                 "executor": "loop", "data_root": evil},
+                         wildcards=SimpleNamespace(seed="1234", results="mini"), threads=1,
+                         params=SimpleNamespace(cells=["t1-resnet20-single-c0-s0-none-fp32"], fidelity="{}"),
+                         log=[str(tmp_path / "job.log")])
+    runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
+    argv = calls["argv"]
     assert argv[argv.index("--data-root") + 1] == evil  # one argument, not shell code
+    assert not list(tmp_path.glob("PWNED*"))
 
 
 # ================================================================ 2. paper-cell CSVs
@@ -467,7 +482,7 @@ def test_checkpoint_corrupt_in_a_real_run_is_one_line_and_the_cell_finishes(tmp_
     (run / "checkpoint.pt").write_bytes(os.urandom(1000))
     p = lpdl("train", "--cell", FAST_CELL, "--out", str(run), "--device", "cpu")
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
-    notes = [l for l in p.stdout.splitlines() if "cannot be used" in l]
+    notes = [l for l in p.stderr.splitlines() if "cannot be used" in l]  # a notice: on stderr
     assert len(notes) == 1 and "checkpoint.pt" in notes[0] and "from scratch" in notes[0]
     assert (run / "metrics.json").exists() and len(list(run.glob("checkpoint.pt.corrupt-*"))) == 1
 
@@ -755,6 +770,6 @@ def test_kill9_mid_training_then_rerun_resumes_and_equals_uninterrupted(tmp_path
     proc.wait()
     assert not (run / "metrics.json").exists()
     p = lpdl("train", "--cell", FAST_CELL, "--out", str(run), "--device", "cpu")
-    assert p.returncode == 0 and "resuming at epoch" in p.stdout
+    assert p.returncode == 0 and "resuming at epoch" in p.stderr
     ref = json.loads((finished_run / "metrics.json").read_text())
     assert json.loads((run / "metrics.json").read_text())["final"] == ref["final"]

@@ -1,5 +1,6 @@
-"""The paper's CNNs: exact official parameter counts (official-code.md section 6, checks 16 and 19),
-FP/LP init rules, forward/backward shapes, a few SGD steps, norm swapping and the registry."""
+"""The paper's CNNs: exact official parameter counts (docs/official-code.md, 'Models and parameter
+counts'), FP/LP init rules ('FP and LP models are initialised differently'), forward/backward
+shapes, a few SGD steps, norm swapping and the registry."""
 from __future__ import annotations
 
 import pytest

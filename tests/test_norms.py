@@ -1,6 +1,7 @@
 """Tests for lpdl_core.quant.norms: EvoNorm-S0, Range EvoNorm (8-bit and FP), Range BN and
-make_norm, each against a formula recomputed here (official-code.md 5.4 and 12.17-18), plus the
-gradient bifurcation at Range EvoNorm's output and vmap(functional_call) == loop over copies."""
+make_norm, each against a formula recomputed here (docs/official-code.md, 'EvoNorm-S0 and Range
+EvoNorm'), plus the gradient bifurcation at Range EvoNorm's output and vmap(functional_call) ==
+loop over copies."""
 import copy
 import math
 
@@ -37,7 +38,8 @@ def ste(x, x_min=None, x_max=None):
 
 
 def range_en_ref(x, layer, *, quant, act="hard", x_range=None):
-    """Range EvoNorm from the formula in official-code.md 5.4, without the output grad quantizer."""
+    """Range EvoNorm from the formula in docs/official-code.md, 'EvoNorm-S0 and Range EvoNorm',
+    without the output grad quantizer."""
     B, C, H, W = x.shape
     v, w, b = layer.v, layer.weight, layer.bias
     if quant:

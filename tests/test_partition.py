@@ -1,4 +1,5 @@
-"""Skew / Dirichlet partition: exact official histograms (official-code.md sections 7 and 12)."""
+"""Skew / Dirichlet partition: exact official histograms (docs/official-code.md, 'Data and the
+skew partition')."""
 from __future__ import annotations
 
 import csv

@@ -1,5 +1,5 @@
 """8-bit fake quantizer, QuantMeasure and the bifurcated QConv2d/QLinear/QAdd
-(official-code.md sections 5.1-5.3 and 12.17)."""
+(docs/official-code.md, '8-bit training')."""
 import math
 
 import pytest

@@ -247,8 +247,8 @@ def test_the_cli_passes_compare_on(folders, tmp_path, monkeypatch):
     assert parser.parse_args(["report"]).compare is None
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     compare = next(a for a in sub.choices["report"]._actions if a.dest == "compare")
-    assert compare.help == ("another results folder of the same profile in the other fidelity mode, "
-                            "shown side by side")
+    assert compare.help.startswith("another results folder of the same profile in the other fidelity mode, "
+                                   "shown side by side")
     seen = {}
     monkeypatch.setattr(build_module, "build_report", lambda *a, **kw: seen.update(kw) or {
         "html": "x", "pdf": None, "claims": [], "figures": [], "tables": []})

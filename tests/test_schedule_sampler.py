@@ -1,4 +1,5 @@
-"""LR schedule (official-code.md 12.12), per-node sampler (12.13) and layout views."""
+"""LR schedule and per-node sampler (docs/official-code.md, 'Optimizer, schedule, batch and seeds')
+and layout views."""
 import numpy as np
 import pytest
 import torch

@@ -48,6 +48,50 @@ def test_cluster_profile_is_valid_yaml_with_the_recommended_keys():
     assert "gpu" not in res and "gres" not in res
 
 
+def test_cluster_profile_keeps_every_slurm_log():
+    cfg = yaml.safe_load((ROOT / "slurm/config.yaml").read_text())
+    assert cfg["slurm-delete-logfiles-older-than"] == 0 and cfg["slurm-keep-successful-logs"] is True
+
+
+def _dry_run(env_overrides: dict, drop=()):
+    env = {k: v for k, v in ENV.items() if k not in drop}
+    return subprocess.run([SNAKEMAKE, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml"], cwd=ROOT,
+                          env={**env, **env_overrides}, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_the_readme_slurm_dry_run_plans_the_paper_grid():
+    """`snakemake --profile slurm -n --configfile config/paper.yaml`, as the README says, in the
+    setup's venv (the SLURM executor plugin is a dependency), with no account needed (empty)."""
+    p = _dry_run({"LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "This was a dry-run" in p.stdout + p.stderr
+    assert "train_t2_resnet20_dring8_c99_s0_8_ds_int8" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("request_, asked", [("gpus", "gpu=1"), ("gres", "gres=gpu:1")])
+def test_gpus_are_asked_as_the_site_wants(request_, asked):
+    """gpu=1 becomes sbatch --gpus=1; gres=gpu:1 becomes --gres=gpu:1 (the plugin's mapping)."""
+    p = subprocess.run([SNAKEMAKE, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", "--config",
+                        f"gpu_request={request_}", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
+                       env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "runtime=360" in l]
+    assert train and all(asked in l for l in train)
+    if request_ == "gres":
+        assert all("gpu=0" in l for l in train)  # not both
+
+
+@pytest.mark.parametrize("unset", ["LPDL_SLURM_ACCOUNT", "LPDL_SLURM_PARTITION"])
+def test_an_unset_account_or_partition_stops_the_dry_run_in_one_line(unset):
+    other = ({"LPDL_SLURM_ACCOUNT", "LPDL_SLURM_PARTITION"} - {unset}).pop()
+    p = _dry_run({other: ""}, drop=(unset,))
+    assert p.returncode == 1
+    errors = [l for l in p.stderr.splitlines() if l.startswith("lpdl config error:")]
+    assert len(errors) == 1 and unset in errors[0] and f"export {unset}=" in errors[0], p.stderr
+    assert "Traceback" not in p.stderr
+
+
 def test_test_profile_targets_the_local_cluster():
     assert TEST_PROFILE.name != "default"  # `default` would be picked up by every run in cwd
     cfg = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())

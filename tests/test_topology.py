@@ -1,4 +1,5 @@
-"""Tests for lpdl_core.decentral.topology against official-code.md section 12 (items 1-4)."""
+"""Tests for lpdl_core.decentral.topology against docs/official-code.md, 'Graphs and mixing weights'
+and 'Push-sum weight'."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,7 +31,7 @@ def _strongly_connected(W: np.ndarray) -> bool:
     return bool(reach.all())
 
 
-# --- official numbers (section 12, item 3) -------------------------------------------------
+# --- official numbers (the SLEM table of 'Graphs and mixing weights') ------------------------
 
 @pytest.mark.parametrize("n,expected", [(4, 0.7071), (8, 0.9239), (16, 0.9808)])
 def test_slem_directed_ring(n, expected):
@@ -59,7 +60,7 @@ def test_slem_power_50_directed_ring():
     assert round(slem(mixing_matrix("directed-ring", 16)) ** 50, 3) == 0.379
 
 
-# --- structure (section 12, items 1-2) -----------------------------------------------------
+# --- structure ('Graphs and mixing weights') -------------------------------------------------
 
 @pytest.mark.parametrize("n", [4, 8, 16])
 def test_directed_ring_structure(n):

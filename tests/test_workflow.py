@@ -147,3 +147,36 @@ def test_kill_9_then_rerun_recomputes_nothing_finished_and_resumes_exactly(tmp_p
     assert (repo / "report/report.html").stat().st_size > 0
     p = _smk(repo, "--report", str(tmp_path / "smk-report.zip"), *cfg)
     assert p.returncode == 0 and (tmp_path / "smk-report.zip").stat().st_size > 0, p.stderr[-2000:]
+
+
+def test_the_workflow_lints_clean():
+    """`snakemake --lint` finds nothing (paths by f-string, no rule reads a global in its shell)."""
+    p = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--lint"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and "Congratulations" in p.stdout + p.stderr, (p.stdout + p.stderr)[-3000:]
+
+
+def test_the_train_script_hands_typed_fidelity_and_the_config_to_lpdl_train(tmp_path, monkeypatch):
+    """workflow/scripts/train.py: the job's cells, the mode's fidelity as JSON (typed, never
+    re-parsed), how the job runs from the config; OMP_NUM_THREADS set before torch loads."""
+    import runpy
+    from types import SimpleNamespace
+
+    calls = {}
+    monkeypatch.setattr(os, "execv", lambda exe, argv: calls.update(argv=argv))
+    monkeypatch.setattr(os, "dup2", lambda a, b: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    fid = json.dumps({"quant_ranges": "gossiped", "cell_settings": "run.sh"})
+    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": "my paper", "device": "cpu", "executor": "batched",
+                                 "data_root": ""},
+                         wildcards=SimpleNamespace(seed="7", results="mini-official"), threads=3,
+                         params=SimpleNamespace(cells=["a-cell", "b-cell"], fidelity=fid),
+                         log=[str(tmp_path / "job.log")])
+    runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
+    argv = calls["argv"]
+    assert argv[1:4] == ["-m", "lpdl_core", "train"]
+    assert argv[argv.index("--fidelity-json") + 1] == fid and json.loads(fid)["quant_ranges"] == "gossiped"
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--cell"] == ["a-cell", "b-cell"]
+    assert argv[argv.index("--out") + 1] == "results/mini-official/runs/{cell}/seed7"
+    assert argv[argv.index("--paper-dir") + 1] == "my paper" and "--data-root" not in argv
+    assert (argv[argv.index("--executor") + 1], os.environ["OMP_NUM_THREADS"]) == ("batched", "3")

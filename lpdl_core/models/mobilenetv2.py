@@ -1,7 +1,8 @@
 """MobileNetV2 (Sandler et al. 2018) with CIFAR strides, as the paper's official code builds it.
 
 Follows `quantized_training/mobilenetv2_quantized.py` of aparna-aketi/Low_Precision_DL (the FP
-`mobilenetv2.py` is not in the public snapshot; official-code.md section 6 gives its count):
+`mobilenetv2.py` is not in the public snapshot; docs/official-code.md, 'Models and parameter
+counts', gives its count):
 
 - 3x3 stem conv 3 -> 32, stride 1 for CIFAR; blocks from the (t, c, n, s) table below, with the
   second row's stride 2 -> 1 for CIFAR; 1x1 conv 320 -> 1280; avg-pool 4; FC 1280 -> classes.

@@ -1,7 +1,8 @@
 """Name -> model for the paper's CNNs, input sizes, parameter counts and the `lpdl models` table.
 
-Counts follow official-code.md section 6 / check 16 (measured on the official classes); the
-paper's Table 1 column is the rounded value it reports (MobileNetV2 is not in the paper).
+Counts follow docs/official-code.md, 'Models and parameter counts' (measured on the official
+classes); the paper's Table 1 column is the rounded value it reports (MobileNetV2 is not in the
+paper).
 """
 from __future__ import annotations
 
@@ -65,11 +66,17 @@ def count_params(model: nn.Module, trainable_only: bool = True) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def model_table(qcfg_official: QuantCfg = QuantCfg(measure_as_parameters=True)) -> list[dict]:
+def model_table(qcfg_official: QuantCfg = QuantCfg(measure_as_parameters=True),
+                progress: Callable[[dict], None] | None = None) -> list[dict]:
     """One row per model: FP params, LP trainable params, LP params incl. the QuantMeasure
-    scalars as the official code counts them (measure_as_parameters=True), Table 1 value."""
+    scalars as the official code counts them (measure_as_parameters=True), Table 1 value.
+    progress, if given, is called before each model is built with
+    {"event": "model", "name", "index" (1-based), "total"} (DistilBERT's rows count as one)."""
     rows = []
-    for name in MODELS:
+    total = len(MODELS) + 1
+    for i, name in enumerate(MODELS, 1):
+        if progress is not None:
+            progress({"event": "model", "name": name, "index": i, "total": total})
         ds = MODEL_DATASETS[name]
         rows.append(dict(
             name=name,
@@ -80,6 +87,8 @@ def model_table(qcfg_official: QuantCfg = QuantCfg(measure_as_parameters=True)) 
                                      trainable_only=False),
             paper=PAPER_TABLE1[name],
         ))
+    if progress is not None:
+        progress({"event": "model", "name": "distilbert", "index": total, "total": total})
     rows.extend(_distilbert_rows(qcfg_official))
     return rows
 

@@ -2,7 +2,8 @@
 
 Follows `quantized_training/resnet.py::ResNet_cifar10` (FP) and
 `resnet_quantized.py::ResNet_cifar10q` (LP) of aparna-aketi/Low_Precision_DL
-(official-code.md sections 5.4, 5.5, 6; fidelity checks 16 and 19):
+(docs/official-code.md, 'EvoNorm-S0 and Range EvoNorm', 'FP and LP models are initialised
+differently' and 'Models and parameter counts'):
 
 - n = int((depth - 2) / 6) BasicBlocks per stage, widths 16/32/64, stride 2 at stages 2 and 3,
   a 1x1 conv + norm projection shortcut (option B) only where the shape changes.

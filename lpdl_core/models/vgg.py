@@ -1,7 +1,8 @@
 """VGG-11 (Simonyan & Zisserman 2015, configuration A) as the paper's official code builds it.
 
 Follows `quantized_training/vgg.py` (FP) and `vgg_quantized.py` (LP) of
-aparna-aketi/Low_Precision_DL (official-code.md sections 5.5, 6):
+aparna-aketi/Low_Precision_DL (docs/official-code.md, 'FP and LP models are initialised differently'
+and 'Models and parameter counts'):
 
 - features: [64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M], each conv 3x3 pad 1 followed
   by the norm, which carries the nonlinearity (no separate ReLU);

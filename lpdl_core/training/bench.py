@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -39,12 +40,16 @@ def _time_step(sim: Simulator, x: torch.Tensor, y: torch.Tensor) -> float:
 
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
-               dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8")) -> dict:
+               dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8"),
+               progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
     The precisions' steps are interleaved (FP step, LP step, FP step, ...), so a slow spell of a
-    shared machine slows both alike instead of skewing the ratio.
+    shared machine slows both alike instead of skewing the ratio. progress, if given, is called
+    with {"event": "build", "precision"} before each simulator is built and with {"event": "step",
+    "step" (1-based), "total", "warmup" (bool), "seconds": {precision: s}} after each step.
     """
+    report = progress or (lambda ev: None)
     size = input_size(model, dataset)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
                  "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
@@ -54,6 +59,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     gen = torch.Generator().manual_seed(0)
     for precision in precisions:
         qcfg = QuantCfg() if precision == "int8" else None
+        report({"event": "build", "precision": precision})
         make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
         sims[precision] = Simulator(make, topology=Topology(name="directed-ring", n=nodes),
                                     gossip=GossipCfg(), engine=EngineCfg(executor=executor, device=device))
@@ -62,10 +68,13 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)
     y = torch.randint(0, 10, (nodes, batch), generator=gen).to(sim.device)
     for i in range(warmup + steps):
+        seconds = {}
         for precision, s in sims.items():
-            dt = _time_step(s, x, y)
+            seconds[precision] = dt = _time_step(s, x, y)
             if i >= warmup:
                 times[precision].append(dt)
+        report({"event": "step", "step": i + 1, "total": warmup + steps, "warmup": i < warmup,
+                "seconds": seconds})
     out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
     for precision, ts in times.items():
         out["results"][precision] = {"median_s": statistics.median(ts), "min_s": min(ts),

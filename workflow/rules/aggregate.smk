@@ -24,12 +24,14 @@ rule cost:
     real model (and peak CUDA memory measured where a GPU is used). lpdl_core.training.cost."""
     output:
         "results/{results}/cost.json",
+    params:
+        device=config["device"],  # the peak-memory measurement runs where a GPU is used
     log:
         "results/{results}/logs/cost.log",
     conda:
         "../../envs/lpdl.yaml"
     shell:
-        "python -m lpdl_core cost --device {DEVICE_Q} --out {output:q} > {log:q} 2>&1"
+        "python -m lpdl_core cost --device {params.device:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule partitions:

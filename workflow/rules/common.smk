@@ -1,6 +1,5 @@
 import json
 import re
-import shlex
 import sys
 from pathlib import Path
 
@@ -25,6 +24,21 @@ def _checked_config(cfg):
         _fail(e)
 
 
+def _check_cluster_env():
+    """A profile that takes the SLURM account or partition from LPDL_SLURM_* (slurm/config.yaml)
+    needs the variable set, empty meaning none: unset, Snakemake would hand the literal text
+    '${LPDL_SLURM_ACCOUNT}' to sbatch and fail only at the first submission."""
+    import os
+
+    res = workflow.resource_settings.default_resources
+    for key, var in (("slurm_account", "LPDL_SLURM_ACCOUNT"), ("slurm_partition", "LPDL_SLURM_PARTITION")):
+        raw = getattr(res[key], "raw", "") if res is not None and key in res else ""
+        if var in str(raw) and var not in os.environ:
+            _fail(f"{var} is not set; the slurm profile takes {key} from it: export {var}=<name> "
+                  f"(or {var}= for {'no account' if key == 'slurm_account' else 'the default partition'})")
+
+
+_check_cluster_env()
 _cfg = _checked_config(config)
 config.clear()
 config.update(_cfg)
@@ -53,14 +67,8 @@ if config.get("compare_modes"):
     MODES[COMPARE] = _other
 RUN_DIR = "results/{results}/runs/{cell}/seed{seed}"
 
-# How a job runs, never what it computes: these reach the train command as globals, not params,
-# so changing them (or the spelling of a path) never reruns a finished cell. Every value is
-# shell-quoted here.
-PAPER_DIR_Q = shlex.quote(config["paper_dir"])
-DEVICE_Q = shlex.quote(config["device"])
-EXECUTOR_Q = shlex.quote(config["executor"])
-DATA_ROOT_OPT = f"--data-root {shlex.quote(config['data_root'])}" if config["data_root"] else ""
-PROFILE_Q = shlex.quote(PROFILE)
+# How a job runs, never what it computes (device, executor, paths, threads), reaches the train
+# script from the config, not through params, so changing it never reruns a finished cell.
 
 
 def fidelity_json(wildcards) -> str:
@@ -76,7 +84,7 @@ wildcard_constraints:
 
 def run_files(wildcards):
     """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed."""
-    return expand(RUN_DIR + "/{name}", results=wildcards.results, cell=[c.cell_id for c in CELLS],
+    return expand(f"{RUN_DIR}/{{name}}", results=wildcards.results, cell=[c.cell_id for c in CELLS],
                   seed=config["seeds"], name=("metrics.json", "curve.csv"))
 
 
@@ -93,8 +101,6 @@ def job_identity(job, wildcards):
     return json.dumps(idents, sort_keys=True)
 
 
-def job_cells_opt(job):
-    return " ".join(f"--cell {shlex.quote(c)}" for c in job.cells)
 
 
 # Minutes per mini cell on one CPU thread (measured on a 2-core machine: 1-25 s per cell plus the
@@ -114,6 +120,14 @@ def job_priority(job):
     cost = sum(_STEP_COST.get(c.model, 1.0) * max(c.nodes, 1) * (2.3 if c.precision == "int8" else 1.0)
                for c in cells)
     return int(cost)
+
+
+GPU_REQUEST = config.get("gpu_request", "gpus")
+
+
+def gres(gpus: int):
+    """--gres=gpu:N for sites that count GPUs as generic resources (gpu_request: gres), else none."""
+    return f"gpu:{gpus}" if GPU_REQUEST == "gres" and gpus else None
 
 
 def train_resources(job):

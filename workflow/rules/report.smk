@@ -13,9 +13,9 @@ rule report:
         # compare_modes: the other fidelity mode's results, shown side by side
         compare=[f"results/{COMPARE}/runs.csv", *expand(TABLE_FILES, results=COMPARE)] if COMPARE else [],
     output:
-        html=report(REPORT_DIR + "/report.html", caption="../report/lpdl.rst", category="lpdl report"),
-        tex=REPORT_DIR + "/report.tex",
-        claims=REPORT_DIR + "/claims.json",
+        html=report(f"{REPORT_DIR}/report.html", caption="../report/lpdl.rst", category="lpdl report"),
+        tex=f"{REPORT_DIR}/report.tex",
+        claims=f"{REPORT_DIR}/claims.json",
     log:
         f"results/{RESULTS}/logs/report.log",
     conda:

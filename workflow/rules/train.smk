@@ -17,7 +17,7 @@ for _job in JOBS:
             _job.rule
         output:
             # every artifact of every cell: the aggregate step reads metrics.json and curve.csv
-            [RUN_DIR.replace("{cell}", c) + "/" + a for c in _job.cells for a in RUN_ARTIFACTS],
+            [f"{RUN_DIR.replace('{cell}', c)}/{a}" for c in _job.cells for a in RUN_ARTIFACTS],
         log:
             f"results/{{results}}/logs/train/{_job.name}/seed{{seed}}.log",
         benchmark:
@@ -26,19 +26,17 @@ for _job in JOBS:
             identity=lambda wc, job=_job: job_identity(job, wc),
             # shell: is evaluated when the job runs, after this loop has ended: everything
             # job-specific must reach it through params, bound now
-            cells=job_cells_opt(_job),
+            cells=list(_job.cells),
             fidelity=fidelity_json,
         threads: config["threads_per_job"]
         priority: job_priority(_job)
         resources:
             mem_mb=lambda wc, job=_job: train_resources(job)["mem_mb"],
             runtime=lambda wc, attempt, job=_job: train_resources(job)["runtime"] * attempt,
-            gpu=lambda wc, job=_job: train_resources(job)["gpu"],
+            # GPUs as sbatch --gpus=N (gpu) or, where a site wants it, --gres=gpu:N (config gpu_request)
+            gpu=lambda wc, job=_job: 0 if GPU_REQUEST == "gres" else train_resources(job)["gpu"],
+            gres=lambda wc, job=_job: gres(train_resources(job)["gpu"]),
         conda:
             "../../envs/lpdl.yaml"
-        shell:
-            "OMP_NUM_THREADS={threads} python -m lpdl_core train {params.cells} "
-            "--profile {PROFILE_Q} --seed {wildcards.seed:q} "
-            "--out results/{wildcards.results:q}/runs/{{cell}}/seed{wildcards.seed:q} "
-            "--paper-dir {PAPER_DIR_Q} --device {DEVICE_Q} --executor {EXECUTOR_Q} {DATA_ROOT_OPT} "
-            "--fidelity-json {params.fidelity:q} > {log:q} 2>&1"
+        script:
+            "../scripts/train.py"

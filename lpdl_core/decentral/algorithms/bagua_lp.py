@@ -1,6 +1,7 @@
 r"""Bagua's LowPrecisionDecentralized SGD (DCD-PSGD difference compression, Tang et al. 2018):
 peers keep replicas of each other's models and exchange 8-bit min-max quantized *differences* of
-successive models (official-code.md section 11; Bagua docs in shared/paper/).
+successive models (docs/official-code.md, "8-bit messages (Bagua's min-max quantizer)"; Bagua's page
+https://tutorials.baguasys.com/algorithms/low-precision-decentralized).
 
 .. math::
     x_{t+1/2}^{(i)} &= \sum_j W_{ij}\, \hat x_t^{(j)} - lr\, d_t^{(i)}

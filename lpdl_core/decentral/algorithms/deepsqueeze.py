@@ -1,6 +1,7 @@
 r"""Deep-Squeeze in its Sparse-Push form: error-compensated compressed gossip with push-sum
 (paper Alg. 4; Tang et al. 2019 and Aketi et al. 2021). Matches `gossip_ds` of the official code
-(official-code.md section 1.3), including the self term using the *compressed* C(v_i).
+(docs/official-code.md, 'Deep-Squeeze (`gossip_ds`)'), including the self term using the
+*compressed* C(v_i).
 
 .. math::
     v_t^{(i)} &= \tilde x_t^{(i)} + \delta_t^{(i)} \\

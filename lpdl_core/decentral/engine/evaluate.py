@@ -1,6 +1,6 @@
 """Test-set evaluation of all nodes: each node's accuracy, their mean (the official reported
-metric, official-code.md section 7), the accuracy of the parameter-averaged model (the paper's
-wording) and the consensus distance."""
+metric, docs/official-code.md, 'Evaluation and the reported number'), the accuracy of the
+parameter-averaged model (the paper's wording) and the consensus distance."""
 from __future__ import annotations
 
 from dataclasses import dataclass

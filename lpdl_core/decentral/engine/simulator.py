@@ -1,6 +1,7 @@
 """The n-node simulator: n replicas of one model on one device, all state stacked (n, d).
 
-One training iteration at every node i (official-code.md section 1.2, made synchronous):
+One training iteration at every node i (docs/official-code.md, 'One iteration at node i', made
+synchronous):
   1. forward/backward at the de-biased model z_i = x_i / u_i on node i's minibatch -> g_i;
   2. local step x̃_i = x_i - lr·d_i (SGD-Nesterov with weight decay, or QGM);
   3. gossip round of the configured algorithm -> x_{t+1}, u_{t+1} (and QGM's correction);

@@ -1,0 +1,125 @@
+"""The repository is self-contained: no file points at notes outside it, every relative link in
+the docs resolves, the licence is there, and README measurements carry a date and a commit
+instead of words about when in the work they were taken."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Built from pieces so that this file does not match itself.
+OUTSIDE = ["../" + "shared", "shared/" + "paper", "shared/" + "reference",
+           "official-code.md " + "section", "official-code.md " + "§"]
+README_PHRASES = ["measured " + "here", "this " + "session", "to" + "day"]
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+
+
+def _repo_files() -> list[Path]:
+    """Tracked files plus new ones git does not ignore (what a commit would ship)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=ROOT, capture_output=True, check=True).stdout
+    names = sorted({n for n in out.decode("utf-8", "surrogateescape").split("\0") if n})
+    return [ROOT / n for n in names if ".git" not in Path(n).parts and (ROOT / n).is_file()]
+
+
+def _text(path: Path) -> str | None:
+    data = path.read_bytes()
+    if b"\0" in data[:8192]:
+        return None  # binary
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def test_no_file_points_outside_the_repository():
+    bad = []
+    for path in _repo_files():
+        text = _text(path)
+        if text is None:
+            continue
+        low = text.lower()
+        for needle in OUTSIDE:
+            i = low.find(needle.lower())
+            if i >= 0:
+                line = text.count("\n", 0, i) + 1
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {needle!r}")
+    assert not bad, "references to files outside the repository:\n" + "\n".join(bad)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    h = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", h).replace(" ", "-")
+
+
+def _anchors(md: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    in_code = False
+    for line in md.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        m = None if in_code else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            s = _slug(m.group(1))
+            n = seen.get(s, 0)
+            seen[s] = n + 1
+            out.add(s if n == 0 else f"{s}-{n}")
+    return out
+
+
+def _markdown_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _links(md: Path) -> list[str]:
+    text = md.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)   # no links inside code blocks
+    text = re.sub(r"`[^`\n]*`", "", text)                # nor inside inline code
+    return LINK.findall(text)
+
+
+@pytest.mark.parametrize("page", _markdown_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_markdown_links_resolve(page):
+    bad = []
+    for target in _links(page):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):   # http:, https:, mailto:, ...
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if path and (ROOT.resolve() not in dest.parents and dest != ROOT.resolve()):
+            bad.append(f"{target}: leaves the repository")
+        elif not dest.exists():
+            bad.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor.lower() not in _anchors(dest):
+            bad.append(f"{target}: no heading '{anchor}' in {dest.relative_to(ROOT.resolve())}")
+    assert not bad, f"{page.relative_to(ROOT)}:\n" + "\n".join(bad)
+
+
+def test_slug_matches_github():
+    assert _slug("The run.sh overrides") == "the-runsh-overrides"
+    assert _slug("Deep-Squeeze (`gossip_ds`)") == "deep-squeeze-gossip_ds"
+    assert _slug("Where each η comes from") == "where-each-η-comes-from"
+    assert _slug("Optimizer, schedule, batch and seeds") == "optimizer-schedule-batch-and-seeds"
+
+
+def test_license_is_mit():
+    lic = ROOT / "LICENSE"
+    assert lic.is_file()
+    first = lic.read_text(encoding="utf-8").splitlines()[0]
+    assert "MIT" in first and "license" in first.lower()
+
+
+def test_readme_dates_its_measurements():
+    text = (ROOT / "README.md").read_text(encoding="utf-8").lower()
+    found = [p for p in README_PHRASES if p in text]
+    assert not found, f"README.md says when in the work something was measured: {found}"
