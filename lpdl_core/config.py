@@ -79,7 +79,7 @@ FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
 @dataclass(frozen=True, kw_only=True)
 class Fidelity:
     """Where the official code differs from the paper's text; defaults follow the paper
-    (docs/official-code.md lists each difference, its code location and the cells it touches).
+    (docs/paper-vs-code.md lists each difference, its code location and the cells it touches).
 
     quant_ranges: "buffers" (each node keeps its own activation ranges) | "gossiped" (official:
         QuantMeasure's running min/max are parameters, so they are gossiped, compressed, counted
@@ -122,8 +122,7 @@ class Fidelity:
     @property
     def mode(self) -> str:
         """"paper" or "official" when every option is that preset's, else "mixed"."""
-        d = self.as_dict()
-        return next((name for name, values in FIDELITY_PRESETS.items() if values == d), "mixed")
+        return fidelity_mode(self.as_dict())
 
     @property
     def differences(self) -> tuple[str, ...]:
@@ -163,6 +162,12 @@ class Fidelity:
                 raise ConfigError(f"unknown fidelity option {key!r}; valid: {', '.join(FIDELITY_CHOICES)}")
             kw[key] = parse_choice(f"fidelity {key}", text, FIDELITY_CHOICES[key])
         return cls(**kw)
+
+
+def fidelity_mode(values: Mapping[str, Any]) -> str:
+    """The preset whose options are exactly `values` ("paper", "official"), else "mixed" (also for
+    a recorded run whose options lpdl no longer knows)."""
+    return next((name for name, preset in FIDELITY_PRESETS.items() if preset == dict(values)), "mixed")
 
 
 def results_name(profile: str, fidelity: Fidelity) -> str:

@@ -1,4 +1,4 @@
-"""Tests for lpdl_core.decentral.algorithms (gossip rules) against docs/official-code.md, 'How the
+"""Tests for lpdl_core.decentral.algorithms (gossip rules) against docs/paper-vs-code.md, 'How the
 official code trains' and its 'Invariants': push-sum weights, mass conservation, equivalences,
 DS/CHOCO internals, Bagua-lp's formula, convergence on a non-IID least-squares problem, and
 GossipCfg validation.
@@ -165,7 +165,7 @@ def test_choco_paper_form_conserves_mass_on_regular_graphs(graph):
 def test_choco_paper_form_does_not_conserve_mass_on_irregular_graph():
     """Paper form Σ_j (W_ij − I_ij)(x̂_j − x̂_i) = code form + (1 − Σ_j W_ij) x̂_i. On random-directed
     the rows of W do not sum to 1, so Σ_i x_i changes by η Σ_i (1 − rowsum_i) x̂_i ≠ 0 while the
-    code form's Σ_i Σ_j (W_ij − I_ij) x̂_j is 0 by column stochasticity (docs/official-code.md,
+    code form's Σ_i Σ_j (W_ij − I_ij) x̂_j is 0 by column stochasticity (docs/paper-vs-code.md,
     'Where the code departs from Algorithms 4 and 5')."""
     tp = topo("random-directed")
     cfg = GossipCfg(algorithm="choco", eta=0.5, compressor=TOPK, choco_form="paper")
@@ -241,7 +241,7 @@ def test_ds_choco_dpsgd_equivalent_without_compression(graph):
 
 
 def test_choco_paper_form_differs_from_dpsgd_on_irregular_graph():
-    """Documented difference (docs/official-code.md, 'Where the code departs from Algorithms 4
+    """Documented difference (docs/paper-vs-code.md, 'Where the code departs from Algorithms 4
     and 5'): only the code form is SGP there."""
     tp = topo("random-directed")
     xs, _ = _trajectory("dpsgd", tp, GossipCfg(algorithm="dpsgd"))
@@ -383,7 +383,7 @@ def test_choco_official_aggregate_equals_per_neighbour_on_static_graphs(name, n,
 
 def test_choco_time_varying_per_neighbour_replicas_vs_official_aggregate():
     """Per-neighbour replicas stay exact on time-varying-exponential; the official single
-    aggregate S_i (it assumes fixed in-neighbours and weights: docs/official-code.md, 'Graphs and
+    aggregate S_i (it assumes fixed in-neighbours and weights: docs/paper-vs-code.md, 'Graphs and
     mixing weights') does not."""
     tp = topo("time-varying-exponential")
     assert tp.time_varying and tp.period == 3

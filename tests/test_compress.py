@@ -1,5 +1,5 @@
 """Tests for lpdl_core.decentral.compress: kept counts and byte metrics against
-docs/official-code.md, 'Compression and byte counts' and 'Invariants', and each compressor
+docs/paper-vs-code.md, 'Compression and byte counts' and 'Invariants', and each compressor
 against a per-node reference loop."""
 import math
 

@@ -1,4 +1,4 @@
-"""The paper's CNNs: exact official parameter counts (docs/official-code.md, 'Models and parameter
+"""The paper's CNNs: exact official parameter counts (docs/paper-vs-code.md, 'Models and parameter
 counts'), FP/LP init rules ('FP and LP models are initialised differently'), forward/backward
 shapes, a few SGD steps, norm swapping and the registry."""
 from __future__ import annotations

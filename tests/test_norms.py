@@ -1,5 +1,5 @@
 """Tests for lpdl_core.quant.norms: EvoNorm-S0, Range EvoNorm (8-bit and FP), Range BN and
-make_norm, each against a formula recomputed here (docs/official-code.md, 'EvoNorm-S0 and Range
+make_norm, each against a formula recomputed here (docs/paper-vs-code.md, 'EvoNorm-S0 and Range
 EvoNorm'), plus the gradient bifurcation at Range EvoNorm's output and vmap(functional_call) ==
 loop over copies."""
 import copy
@@ -38,7 +38,7 @@ def ste(x, x_min=None, x_max=None):
 
 
 def range_en_ref(x, layer, *, quant, act="hard", x_range=None):
-    """Range EvoNorm from the formula in docs/official-code.md, 'EvoNorm-S0 and Range EvoNorm',
+    """Range EvoNorm from the formula in docs/paper-vs-code.md, 'EvoNorm-S0 and Range EvoNorm',
     without the output grad quantizer."""
     B, C, H, W = x.shape
     v, w, b = layer.v, layer.weight, layer.bias

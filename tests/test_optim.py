@@ -1,5 +1,5 @@
 """Tests for lpdl_core.decentral.optim: the local SGD step against torch.optim.SGD, QGM against
-docs/official-code.md, 'Quasi-Global Momentum', and OptimCfg validation."""
+docs/paper-vs-code.md, 'Quasi-Global Momentum', and OptimCfg validation."""
 from __future__ import annotations
 
 import pytest
@@ -66,7 +66,7 @@ def test_local_step_is_pure():
     assert torch.equal(x, x_c) and torch.equal(g, g_c) and torch.equal(st.buf, b_c)
 
 
-# --- QGM (docs/official-code.md, 'Quasi-Global Momentum') ------------------------------------
+# --- QGM (docs/paper-vs-code.md, 'Quasi-Global Momentum') ------------------------------------
 
 @pytest.mark.parametrize("wd", [1e-4, 0.0, 0.05])
 def test_qgm_local_direction_and_momentum_recursion(wd):

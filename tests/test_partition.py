@@ -1,4 +1,4 @@
-"""Skew / Dirichlet partition: exact official histograms (docs/official-code.md, 'Data and the
+"""Skew / Dirichlet partition: exact official histograms (docs/paper-vs-code.md, 'Data and the
 skew partition')."""
 from __future__ import annotations
 

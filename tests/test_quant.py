@@ -1,5 +1,5 @@
 """8-bit fake quantizer, QuantMeasure and the bifurcated QConv2d/QLinear/QAdd
-(docs/official-code.md, '8-bit training')."""
+(docs/paper-vs-code.md, '8-bit training')."""
 import math
 
 import pytest

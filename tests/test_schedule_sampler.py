@@ -1,4 +1,4 @@
-"""LR schedule and per-node sampler (docs/official-code.md, 'Optimizer, schedule, batch and seeds')
+"""LR schedule and per-node sampler (docs/paper-vs-code.md, 'Optimizer, schedule, batch and seeds')
 and layout views."""
 import numpy as np
 import pytest

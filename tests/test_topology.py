@@ -1,4 +1,4 @@
-"""Tests for lpdl_core.decentral.topology against docs/official-code.md, 'Graphs and mixing weights'
+"""Tests for lpdl_core.decentral.topology against docs/paper-vs-code.md, 'Graphs and mixing weights'
 and 'Push-sum weight'."""
 from __future__ import annotations
 

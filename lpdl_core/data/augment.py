@@ -6,7 +6,7 @@ default generator of the data's device is used. Inputs may carry leading dims (n
 they are flattened, transformed and restored.
 
 Float images are in [0, 1] (ToTensor convention); uint8 images in [0, 255].
-Semantics follow the official code's torchvision pipelines (docs/official-code.md, 'Transforms'):
+Semantics follow the official code's torchvision pipelines (docs/paper-vs-code.md, 'Transforms'):
   crop-flip: RandomHorizontalFlip + RandomCrop(32, padding=4) (zero padding)
   rrc-flip:  RandomResizedCrop(size) (default scale/ratio) + RandomHorizontalFlip, resized with
              antialiased bilinear (as PIL / torchvision antialias=True), computed in float

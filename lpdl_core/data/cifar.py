@@ -1,5 +1,5 @@
 """CIFAR-10 / CIFAR-100 loaders (the paper's CIFAR-10 runs; CIFAR-100 is listed but broken in the
-official code, see docs/official-code.md, 'Imagenette and CIFAR-100').
+official code, see docs/paper-vs-code.md, 'Imagenette and CIFAR-100').
 
 Files live under `data_root(root) / name`, in torchvision's layout:
   <root>/cifar10/cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta}

@@ -10,7 +10,7 @@ Layout under the data root (see `base.data_root`)::
 Labels follow torchvision's ImageFolder: class folders in sorted-wnid order -> 0..9, files in
 sorted name order within a class (the official code reads the data with ImageFolder).
 
-Transforms (official code, see docs/official-code.md, 'Transforms'):
+Transforms (official code, see docs/paper-vs-code.md, 'Transforms'):
   train: Resize(256) -> RandomResizedCrop(224) -> flip -> ImageNet normalization;
   test:  Resize(256) -> CenterCrop(224) -> ImageNet normalization.
 

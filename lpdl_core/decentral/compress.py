@@ -5,8 +5,8 @@ of every node's message at once, and what that tensor costs on the wire. `compre
 `message_bytes` only walk the layout and dispatch to the entry, so a new kind is one entry.
 
 Top-k / QSGD follow the official code (`aparna-aketi/Low_Precision_DL`, adapted from epfml/ChocoSGD;
-docs/official-code.md, 'Compression and byte counts'); min-max 8-bit is Bagua's MinMaxUInt8
-scheme (docs/official-code.md, "8-bit messages (Bagua's min-max quantizer)").
+docs/paper-vs-code.md, 'Compression and byte counts'); min-max 8-bit is Bagua's MinMaxUInt8
+scheme (docs/paper-vs-code.md, "8-bit messages (Bagua's min-max quantizer)").
 """
 from __future__ import annotations
 
@@ -300,7 +300,7 @@ def message_bytes(layout: Layout, cfg: CompressorCfg, *, value_bytes: int = 4,
         kept*(value_bytes + index_bytes(m)), with indices omitted for a tensor sent whole
         (kept == m, the receiver knows the layout); minmax8 ceil(m*bits/8) + 8 (min and scale as
         float32); qsgd 4 (norm) + ceil(m*(level + 1)/8) (level bits plus a sign bit).
-        legacy (official bookkeeping, docs/official-code.md, 'The 6k+3 byte count'): 4*(d+1) for
+        legacy (official bookkeeping, docs/paper-vs-code.md, 'The 6k+3 byte count'): 4*(d+1) for
         every dense message, including qsgd and minmax8 (the code never packs bits), and 6*K+3
         for sparse kinds (topk/randomk) with ratio > 0, K = total kept; `value_bytes` and
         `push_sum_weight` are ignored (u is built in).

@@ -2,7 +2,7 @@
 
 Every node's parameters live in row i of an `(n, d)` tensor; tensor l occupies columns
 `[offset_l, offset_l + numel_l)` and is viewed with its own shape. Compression is
-layer-wise (per parameter tensor, docs/official-code.md, 'Layer-wise top-k, QSGD and the identity'),
+layer-wise (per parameter tensor, docs/paper-vs-code.md, 'Layer-wise top-k, QSGD and the identity'),
 so compressors walk these segments; gossip is a single `W @ X` over the whole row.
 
 Node state = the trainable parameters, plus any non-trainable parameter flagged `gossiped = True`

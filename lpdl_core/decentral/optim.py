@@ -1,7 +1,7 @@
 """Local optimizers on stacked `(n, d)` node state: SGD with Nesterov momentum and weight decay
-(the official code's local step, docs/official-code.md, 'Optimizer, schedule, batch and seeds') and
+(the official code's local step, docs/paper-vs-code.md, 'Optimizer, schedule, batch and seeds') and
 Quasi-Global Momentum (QG-DSGDm-N, Lin et al. 2021, as implemented by the official code,
-docs/official-code.md, 'Quasi-Global Momentum').
+docs/paper-vs-code.md, 'Quasi-Global Momentum').
 
 Both act on the push-sum numerator x with the gradient g taken at the de-biased model z = x/u.
 """
@@ -64,7 +64,7 @@ def local_step(x: torch.Tensor, g: torch.Tensor, state: OptimState, lr: float, c
         d = g' + \beta b \;(\text{Nesterov}) \;\text{or}\; b \;(\text{heavy ball}),\quad
         \tilde x = x - lr\,d
 
-    QGM (docs/official-code.md, 'Quasi-Global Momentum'; the gossip correction is `qgm_correct`):
+    QGM (docs/paper-vs-code.md, 'Quasi-Global Momentum'; the gossip correction is `qgm_correct`):
 
     .. math::
         g' = g + wd\,x,\quad d = g' + \beta(\beta \hat m + g'),\quad

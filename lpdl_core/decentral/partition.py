@@ -1,6 +1,6 @@
 """Heterogeneous (non-IID) data partitions across n nodes: the paper's skew split (Sec. 4,
 "skew" s in [0, 1], Fig. 2), reimplemented from the official `skew_sort` + `DataPartitioner`
-(docs/official-code.md, 'The partition algorithm'), plus a Dirichlet(alpha) split for comparison.
+(docs/paper-vs-code.md, 'The partition algorithm'), plus a Dirichlet(alpha) split for comparison.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """MobileNetV2 (Sandler et al. 2018) with CIFAR strides, as the paper's official code builds it.
 
 Follows `quantized_training/mobilenetv2_quantized.py` of aparna-aketi/Low_Precision_DL (the FP
-`mobilenetv2.py` is not in the public snapshot; docs/official-code.md, 'Models and parameter
+`mobilenetv2.py` is not in the public snapshot; docs/paper-vs-code.md, 'Models and parameter
 counts', gives its count):
 
 - 3x3 stem conv 3 -> 32, stride 1 for CIFAR; blocks from the (t, c, n, s) table below, with the

@@ -1,6 +1,6 @@
 """Name -> model for the paper's CNNs, input sizes, parameter counts and the `lpdl models` table.
 
-Counts follow docs/official-code.md, 'Models and parameter counts' (measured on the official
+Counts follow docs/paper-vs-code.md, 'Models and parameter counts' (measured on the official
 classes); the paper's Table 1 column is the rounded value it reports (MobileNetV2 is not in the
 paper).
 """

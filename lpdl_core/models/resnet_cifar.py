@@ -2,7 +2,7 @@
 
 Follows `quantized_training/resnet.py::ResNet_cifar10` (FP) and
 `resnet_quantized.py::ResNet_cifar10q` (LP) of aparna-aketi/Low_Precision_DL
-(docs/official-code.md, 'EvoNorm-S0 and Range EvoNorm', 'FP and LP models are initialised
+(docs/paper-vs-code.md, 'EvoNorm-S0 and Range EvoNorm', 'FP and LP models are initialised
 differently' and 'Models and parameter counts'):
 
 - n = int((depth - 2) / 6) BasicBlocks per stage, widths 16/32/64, stride 2 at stages 2 and 3,

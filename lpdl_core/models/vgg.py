@@ -1,7 +1,7 @@
 """VGG-11 (Simonyan & Zisserman 2015, configuration A) as the paper's official code builds it.
 
 Follows `quantized_training/vgg.py` (FP) and `vgg_quantized.py` (LP) of
-aparna-aketi/Low_Precision_DL (docs/official-code.md, 'FP and LP models are initialised differently'
+aparna-aketi/Low_Precision_DL (docs/paper-vs-code.md, 'FP and LP models are initialised differently'
 and 'Models and parameter counts'):
 
 - features: [64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M], each conv 3x3 pad 1 followed

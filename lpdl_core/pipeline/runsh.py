@@ -4,7 +4,7 @@ cell_settings="run.sh"). Torch-free (Snakemake plans with it).
 
 Source: https://github.com/aparna-aketi/Low_Precision_DL/blob/main/run.sh. "Line N" is the N-th
 training command of that file (each is followed by its `dict_to_csv.py` call; blank and comment
-lines are not counted); docs/official-code.md links each to its line in the file. Every line uses
+lines are not counted); docs/paper-vs-code.md links each to its line in the file. Every line uses
 lr 0.1, a global batch of 256 (int(256 / n) per node), seed 1234, `--epochs` left at 200, and the
 trainers' hard-coded directed ring and milestones 100/150.
 

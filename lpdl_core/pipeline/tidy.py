@@ -18,7 +18,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from ..config import FIDELITY_CHOICES, FIDELITY_PRESETS, Fidelity
+from ..config import FIDELITY_CHOICES, Fidelity, fidelity_mode
 from ..errors import CorruptFile
 from .cells import Cell
 from .runstore import read_run_metrics, run_identity
@@ -77,7 +77,7 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         "chance": 100.0 / classes if classes else None,
         "same_run_as": cfg.get("same_run_as") or "", "ran_on": cfg.get("dataset", ""),
         "mapping": "; ".join(cfg.get("mapping", [])),
-        "fidelity_mode": next((n for n, p in FIDELITY_PRESETS.items() if p == fid), "mixed"),
+        "fidelity_mode": fidelity_mode(fid),
         **{f"fidelity_{k}": v for k, v in fid.items()},
         "executor": m.get("executor", cfg.get("executor")), "device": m.get("device"),
         **{k: prov.get(k) for k in PROVENANCE},

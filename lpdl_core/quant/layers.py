@@ -1,5 +1,5 @@
 r"""8-bit layers with gradient bifurcation (paper Sec. 3; Banner et al. 2018;
-docs/official-code.md, 'What is quantized' and 'Gradient bifurcation').
+docs/paper-vs-code.md, 'What is quantized' and 'Gradient bifurcation').
 
 A QConv2d/QLinear computes y = op(Q(x), Q(W)) with Q the 8-bit min-max quantizer (activations
 via QuantMeasure's range, weights over their own range, nearest rounding), and back-propagates

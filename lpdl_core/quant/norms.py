@@ -1,5 +1,5 @@
 r"""Normalization layers for full-precision and 8-bit training (paper Sec. 3;
-docs/official-code.md, 'EvoNorm-S0 and Range EvoNorm').
+docs/paper-vs-code.md, 'EvoNorm-S0 and Range EvoNorm').
 
 The paper ("Low Precision Decentralized Distributed Training with Heterogeneous Data", Aketi,
 Kodge, Roy 2021) replaces BatchNorm + ReLU by EvoNorm-S0 (Liu et al. 2020) in full precision and

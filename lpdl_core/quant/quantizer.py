@@ -1,5 +1,5 @@
 r"""Asymmetric min-max fake quantization (GEMMLOWP-style, simulated in float32), as the official
-`quantized_training/quantize.py` (docs/official-code.md, 'The quantizer'):
+`quantized_training/quantize.py` (docs/paper-vs-code.md, 'The quantizer'):
 
 .. math::
     s = \max\!\left(\frac{x_{max} - x_{min}}{2^b - 1}, 10^{-8}\right),\quad

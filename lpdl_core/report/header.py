@@ -75,9 +75,7 @@ def fidelity_lines(runs: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _typed(v, default):
-    """A fidelity value read back from CSV, as the type of its default (True/False for booleans)."""
-    if isinstance(default, bool) and isinstance(v, str):
-        return v.strip().lower() == "true"
+    """A fidelity value read back from CSV (a run without the column used the default)."""
     return default if pd.isna(v) else v
 
 

@@ -1,6 +1,6 @@
 r"""Bagua's LowPrecisionDecentralized SGD (DCD-PSGD difference compression, Tang et al. 2018):
 peers keep replicas of each other's models and exchange 8-bit min-max quantized *differences* of
-successive models (docs/official-code.md, "8-bit messages (Bagua's min-max quantizer)"; Bagua's page
+successive models (docs/paper-vs-code.md, "8-bit messages (Bagua's min-max quantizer)"; Bagua's page
 https://tutorials.baguasys.com/algorithms/low-precision-decentralized).
 
 .. math::

@@ -1,6 +1,6 @@
 r"""Deep-Squeeze in its Sparse-Push form: error-compensated compressed gossip with push-sum
 (paper Alg. 4; Tang et al. 2019 and Aketi et al. 2021). Matches `gossip_ds` of the official code
-(docs/official-code.md, 'Deep-Squeeze (`gossip_ds`)'), including the self term using the
+(docs/paper-vs-code.md, 'Deep-Squeeze (`gossip_ds`)'), including the self term using the
 *compressed* C(v_i).
 
 .. math::

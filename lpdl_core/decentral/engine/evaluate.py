@@ -1,5 +1,5 @@
 """Test-set evaluation of all nodes: each node's accuracy, their mean (the official reported
-metric, docs/official-code.md, 'Evaluation and the reported number'), the accuracy of the
+metric, docs/paper-vs-code.md, 'Evaluation and the reported number'), the accuracy of the
 parameter-averaged model (the paper's wording) and the consensus distance."""
 from __future__ import annotations
 

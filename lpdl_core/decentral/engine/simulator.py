@@ -1,6 +1,6 @@
 """The n-node simulator: n replicas of one model on one device, all state stacked (n, d).
 
-One training iteration at every node i (docs/official-code.md, 'One iteration at node i', made
+One training iteration at every node i (docs/paper-vs-code.md, 'One iteration at node i', made
 synchronous):
   1. forward/backward at the de-biased model z_i = x_i / u_i on node i's minibatch -> g_i;
   2. local step x̃_i = x_i - lr·d_i (SGD-Nesterov with weight decay, or QGM);
