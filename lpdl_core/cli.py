@@ -204,9 +204,14 @@ def _cmd_train(a: argparse.Namespace) -> int:
     profile a cell whose run is identical to an earlier listed cell's is not trained again
     (lpdl_core.pipeline.mini.same_runs). A failing cell does not stop the others; the exit status is 1
     if any failed."""
+    import os
+
     from .pipeline.cells import cells_by_id, load_cells
     from .pipeline.mini import same_runs
 
+    if a.offline:  # before anything imports huggingface_hub (it reads these once, at import)
+        from .pipeline.prefetch import OFFLINE_ENV
+        os.environ.update(OFFLINE_ENV)
     cells = cells_by_id(load_cells(a.paper_dir))
     unknown = [c for c in a.cell if c not in cells]
     if unknown:
@@ -294,7 +299,7 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
     try:
         with above_bar:
             m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
-                         executor=a.executor, data_root=a.data_root, progress=progress)
+                         executor=a.executor, data_root=a.data_root, progress=progress, offline=a.offline)
     finally:
         if bar is not None:
             bar.close()
@@ -304,6 +309,25 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
               f"({m['wall_time_s']:.1f}s) -> {out}", flush=True)
     else:
         print(f"[{name}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s) -> {out}", flush=True)
+
+
+def _cmd_prefetch(a: argparse.Namespace) -> int:
+    """Fetch and verify what the cells' runs load (lpdl_core.pipeline.prefetch); the manifest on stdout."""
+    import json
+
+    from .config import Fidelity
+    from .pipeline.prefetch import prefetch, write_manifest
+    from .pipeline.cells import load_cells
+
+    _out_file(a.out, "manifest")
+    fidelities = [_fidelity(argparse.Namespace(fidelity_json=text, fidelity=[])) for text in a.fidelity_json or ()]
+    manifest = prefetch(load_cells(a.paper_dir, tables=a.table or None), a.profile,
+                        fidelities=fidelities or [Fidelity()], data_root=a.data_root)
+    log.info("prefetch: %s", manifest["summary"])
+    if a.out:
+        write_manifest(manifest, a.out)
+    print(json.dumps(manifest, indent=2, sort_keys=True))
+    return 0
 
 
 def _cmd_cells(a: argparse.Namespace) -> int:
@@ -458,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     device = "where to compute: auto (CUDA when available), cpu or cuda"
     executor = "how the n nodes' forward/backward passes run: loop (one node after another) or batched (same math)"
-    paper_dir = "folder of the paper's cell tables (table1.csv, ..., fig1.csv)"
+    paper_dir = ("folder of cell tables (table1.csv, ..., fig1.csv); default: the paper's cells packaged "
+                 "with lpdl")
     profile = "protocol: mini (embedded stand-ins, a laptop) or paper (the paper's); default: the folder's name"
     seeds = "only this seed (repeatable; default: every seed found)"
     skew = "fraction of each node's data drawn from its own classes, in [0, 1]"
@@ -529,7 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
     tr.add_argument("--seed", type=_count(0), default=None, help="random seed (default: the cell's own, 1234)")
-    tr.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    tr.add_argument("--paper-dir", default=None, help=paper_dir)
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
     tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
@@ -540,17 +565,32 @@ def build_parser() -> argparse.ArgumentParser:
     fid.add_argument("--fidelity-json", default=None, metavar="JSON",
                      help='the same as one JSON object with typed values, e.g. {"quant_ranges": "gossiped"} or "official" '
                           "(how the workflow passes them)")
+    tr.add_argument("--offline", action="store_true",
+                    help="download nothing (as every workflow train job): datasets are read as they are, "
+                         "HF_HUB_OFFLINE=1; a missing one is an error naming `lpdl prefetch`")
     tr.set_defaults(func=_cmd_train)
 
+    pr = command("prefetch", "fetch and verify the datasets and pretrained models the cells load (JSON manifest)")
+    pr.add_argument("--profile", choices=PROFILES, default="paper",
+                    help="protocol whose runs' data is fetched (mini: embedded stand-ins, nothing to fetch)")
+    pr.add_argument("--table", action="append", choices=TABLES, help="only these tables' cells (repeatable; default all)")
+    pr.add_argument("--paper-dir", default=None, help=paper_dir)
+    pr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
+    pr.add_argument("--fidelity-json", action="append", metavar="JSON",
+                    help="a fidelity mode whose runs' data is fetched, as `lpdl train --fidelity-json` "
+                         "(repeatable; default: the paper's)")
+    pr.add_argument("--out", help="also write the manifest to this file (not given: stdout only)")
+    pr.set_defaults(func=_cmd_prefetch)
+
     ce = command("cells", "list the paper's cells (one training run each)")
-    ce.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    ce.add_argument("--paper-dir", default=None, help=paper_dir)
     ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default: all)")
     ce.set_defaults(func=_cmd_cells)
 
     r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")
     r.add_argument("--results", default="results/mini", help="results/<profile> folder")
     r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
-    r.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    r.add_argument("--paper-dir", default=None, help=paper_dir)
     r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
     r.add_argument("--compare", metavar="DIR", default=None,
@@ -561,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag = command("aggregate", "a results folder's runs -> runs.csv, curves.csv, tables/*.csv")
     ag.add_argument("results", help="results/<profile> holding runs/")
     ag.add_argument("--profile", choices=PROFILES, default=None, help=profile)
-    ag.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    ag.add_argument("--paper-dir", default=None, help=paper_dir)
     ag.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     ag.add_argument("--seed", type=_count(0), action="append", help=seeds)
     ag.set_defaults(func=_cmd_aggregate)
@@ -584,14 +624,14 @@ def build_parser() -> argparse.ArgumentParser:
     ti.add_argument("--cells-per-job", choices=CELLS_PER_JOB, default=None,
                     help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
     ti.add_argument("--seed", type=int, action="append", help=seeds)
-    ti.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    ti.add_argument("--paper-dir", default=None, help=paper_dir)
     ti.add_argument("--out", help=also_json)
     ti.set_defaults(func=_cmd_timing)
 
     tg = command("targets", "check the mini profile's learning targets on finished runs")
     tg.add_argument("results", help="results/<profile> of a finished run")
     tg.add_argument("--seed", type=int, action="append", help=seeds)
-    tg.add_argument("--paper-dir", default="workflow/paper", help=paper_dir)
+    tg.add_argument("--paper-dir", default=None, help=paper_dir)
     tg.add_argument("--out", help="also write the checks as JSON to this file (not given: only the table)")
     tg.set_defaults(func=_cmd_targets)
 

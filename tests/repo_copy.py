@@ -8,12 +8,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _ignore(folder: str, names: list[str]) -> set[str]:
-    """Leave out environments, caches, and the top level's results and generated report
-    (workflow/report/ holds the report's caption and is kept)."""
+    """Leave out environments, caches, and the generated results and reports of the top level and
+    of .test/ (workflow/report/ holds the report's caption and is kept)."""
     top = {"results", "report"} if Path(folder) == ROOT else set()
+    if Path(folder) == ROOT / ".test":  # the catalog test config's own outputs
+        top = {"results", "report", "data"}
     return {n for n in names if n in {".venv", ".git", ".snakemake", "__pycache__"} | top}
 
 
 def copy_repo(dst: Path) -> Path:
-    shutil.copytree(ROOT, dst, ignore=_ignore)
+    shutil.copytree(ROOT, dst, ignore=_ignore, symlinks=True)
     return dst

@@ -11,14 +11,14 @@ from pathlib import Path
 
 from lpdl_core.config import TABLES, Fidelity
 from lpdl_core.pipeline.aggregate import summarize, write_aggregate
-from lpdl_core.pipeline.cells import load_cells
+from lpdl_core.pipeline.cells import PAPER_DIR, load_cells
 from lpdl_core.pipeline.paper_partitions import partition_figures_frame
 from lpdl_core.pipeline.runstore import run_identity
 from lpdl_core.pipeline.tidy import read_runs
 from lpdl_core.report.data import load_report_data
 from lpdl_core.report.model import ReportData
 
-PAPER = Path(__file__).resolve().parents[1] / "workflow" / "paper"
+PAPER = PAPER_DIR
 CELLS = {c.cell_id: c for c in load_cells(PAPER)}
 FIDELITY = Fidelity().as_dict()
 

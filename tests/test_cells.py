@@ -1,4 +1,4 @@
-"""workflow/paper/*.csv: counts, validation, ids, and values checked against the paper's text."""
+"""The packaged paper cells (lpdl_core/pipeline/paper/*.csv): counts, validation, ids, and values checked against the paper's text."""
 import csv
 import os
 import re
@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lpdl_core.pipeline.cells import COLUMNS, Cell, cells_by_id, expected_counts, load_cells
+from lpdl_core.pipeline.cells import PAPER_DIR, COLUMNS, Cell, cells_by_id, expected_counts, load_cells
 
-PAPER_DIR = Path(__file__).resolve().parent.parent / "workflow" / "paper"
 # The paper's text (arXiv 2111.09389 v1 as plain text, tables tab-separated) does not ship with the
 # repository; set LPDL_PAPER_TXT to a copy to check every paper_acc against it.
 PAPER_TXT = Path(os.environ["LPDL_PAPER_TXT"]) if os.environ.get("LPDL_PAPER_TXT") else None

@@ -32,13 +32,13 @@ import torch
 from repo_copy import copy_repo
 
 from lpdl_core.cli import main
-from lpdl_core.pipeline.cells import COLUMNS, load_cells
+from lpdl_core.pipeline.cells import COLUMNS, PAPER_DIR, load_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
-PAPER = ROOT / "workflow" / "paper"
+PAPER = PAPER_DIR
 FAST_CELL = "t1-resnet20-single-c0-s0-none-fp32"  # single node: the quickest mini cell
 OTHER_CELL = "t1-resnet20-single-c0-s0-none-int8"
 
@@ -163,9 +163,10 @@ def test_config_data_root_reaches_the_job_as_one_argument(tmp_path, monkeypatch)
     p = smk(ROOT, "-n", "--forceall", "--nolock", "--config", "tables=[table1]", f"data_root={evil}")
     assert p.returncode == 0, p.stderr[-2000:]
     calls = {}
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the script sets OMP/HF_* variables: keep them here
     monkeypatch.setattr(os, "execv", lambda exe, argv: calls.update(argv=argv))
     monkeypatch.setattr(os, "dup2", lambda a, b: None)
-    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": "workflow/paper", "device": "cpu",
+    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": None, "device": "cpu",
                                  "executor": "loop", "data_root": evil},
                          wildcards=SimpleNamespace(seed="1234", results="mini"), threads=1,
                          params=SimpleNamespace(cells=["t1-resnet20-single-c0-s0-none-fp32"], fidelity="{}"),

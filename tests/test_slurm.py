@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lpdl_core.pipeline.cells import PAPER_DIR
 from repo_copy import copy_repo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +21,7 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 ENV = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 SCRIPT = ROOT / "scripts/local-slurm.sh"
-TEST_PROFILE = ROOT / "profiles/slurm-test"
+TEST_PROFILE = ROOT / "workflow/profiles/slurm-test"
 PLUGIN = "snakemake-executor-plugin-slurm>=2.8"
 RUN_TIMEOUT = int(os.environ.get("LPDL_SLURM_TEST_TIMEOUT", 600))  # whole SLURM run (2 cells + aggregate)
 
@@ -28,7 +29,7 @@ RUN_TIMEOUT = int(os.environ.get("LPDL_SLURM_TEST_TIMEOUT", 600))  # whole SLURM
 # --- fast: the profiles -------------------------------------------------------------------------
 
 def test_cluster_profile_is_valid_yaml_with_the_recommended_keys():
-    text = (ROOT / "slurm/config.yaml").read_text()
+    text = (ROOT / "workflow/profiles/slurm/config.yaml").read_text()
     cfg = yaml.safe_load(text)
     assert cfg["executor"] == "slurm"
     for key in ("jobs", "latency-wait", "retries", "default-resources", "slurm-logdir"):
@@ -49,7 +50,7 @@ def test_cluster_profile_is_valid_yaml_with_the_recommended_keys():
 
 
 def test_cluster_profile_keeps_every_slurm_log():
-    cfg = yaml.safe_load((ROOT / "slurm/config.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "workflow/profiles/slurm/config.yaml").read_text())
     assert cfg["slurm-delete-logfiles-older-than"] == 0 and cfg["slurm-keep-successful-logs"] is True
 
 
@@ -76,7 +77,7 @@ def test_gpus_are_asked_as_the_site_wants(request_, asked):
                         f"gpu_request={request_}", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
                        env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "runtime=360" in l]
+    train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "mem_mb=24000" in l]  # the ResNet-20 train jobs
     assert train and all(asked in l for l in train)
     if request_ == "gres":
         assert all("gpu=0" in l for l in train)  # not both
@@ -171,7 +172,7 @@ def _small_paper_dir(dst: Path, n: int = 2) -> None:
     tables are copied whole: the workflow only reads table3 (tables=[table3]), but `lpdl train`
     may read every table of the paper dir to find its cell."""
     dst.mkdir(parents=True)
-    for src in (ROOT / "workflow/paper").glob("*.csv"):
+    for src in PAPER_DIR.glob("*.csv"):
         lines = src.read_text().splitlines()
         (dst / src.name).write_text("\n".join(lines[: 1 + n] if src.name == "table3.csv" else lines) + "\n")
 

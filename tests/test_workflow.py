@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lpdl_core.pipeline.cells import PAPER_DIR
 from repo_copy import copy_repo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def test_dry_run_has_every_paper_cell():
     from lpdl_core.pipeline.cells import load_cells
     from lpdl_core.pipeline.jobs import plan_jobs
 
-    cells = load_cells(ROOT / "workflow/paper")
+    cells = load_cells(PAPER_DIR)
     assert len(cells) == 14 + 128 + 16 + 16 + 48 + 4
     jobs = plan_jobs(cells, "mini")  # a block's cells of one precision per job
     assert set(train) == {j.rule for j in jobs} and all(v == 1 for v in train.values())
@@ -85,7 +86,7 @@ def _small_paper_dir(dst: Path, rows=(1, 2)) -> None:
     """A paper dir whose table3 holds only the given rows (1-based; same header and validation).
     Rows 1 and 2 are one setting in FP and LP (two jobs); rows 1 and 3 are two FP cells of one
     block (one job in the mini profile)."""
-    lines = (ROOT / "workflow/paper/table3.csv").read_text().splitlines()
+    lines = (PAPER_DIR / "table3.csv").read_text().splitlines()
     dst.mkdir(parents=True)
     (dst / "table3.csv").write_text("\n".join([lines[0]] + [lines[r] for r in rows]) + "\n")
 
@@ -163,6 +164,7 @@ def test_the_train_script_hands_typed_fidelity_and_the_config_to_lpdl_train(tmp_
     from types import SimpleNamespace
 
     calls = {}
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the script sets OMP/HF_* variables: keep them here
     monkeypatch.setattr(os, "execv", lambda exe, argv: calls.update(argv=argv))
     monkeypatch.setattr(os, "dup2", lambda a, b: None)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -180,3 +182,20 @@ def test_the_train_script_hands_typed_fidelity_and_the_config_to_lpdl_train(tmp_
     assert argv[argv.index("--out") + 1] == "results/mini-official/runs/{cell}/seed7"
     assert argv[argv.index("--paper-dir") + 1] == "my paper" and "--data-root" not in argv
     assert (argv[argv.index("--executor") + 1], os.environ["OMP_NUM_THREADS"]) == ("batched", "3")
+
+
+@pytest.mark.slow
+def test_the_catalog_test_config_runs_end_to_end(tmp_path):
+    """`snakemake --directory .test -c2`: the workflow's .test config (four Table 3 cells) through
+    download, train, aggregate, cost, partitions and report, in a copy of the repository."""
+    repo = copy_repo(tmp_path / "repo")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    p = subprocess.run([str(bin_dir / "snakemake"), "--directory", ".test", "-c2"], cwd=repo, env=env,
+                       capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    test = repo / ".test"
+    rows = (test / "results/mini/tables/table3.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4
+    assert (test / "report/report.html").is_file() and (test / "results/mini/download.json").is_file()
+    assert not (repo / "results/mini").exists()  # everything stayed under .test/

@@ -79,6 +79,11 @@ def _expected_files(tv) -> list[tuple[str, str]]:
     return [(f, m) for f, m in tv.train_list + tv.test_list] + [(tv.meta["filename"], tv.meta["md5"])]
 
 
+def expected_files(name: str) -> list[tuple[str, str]]:
+    """(file name in the extracted folder, published md5) of every file load_cifar reads."""
+    return _expected_files(_tv_class(name))
+
+
 def expected_layout(name: str, root: str | os.PathLike | None = None) -> str:
     """Human-readable description of what must be on disk for `name`."""
     s = SPECS[name]

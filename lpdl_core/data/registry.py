@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..config import DATASETS, PAPER_DATASETS, STANDIN_DATASETS as STANDINS
-from .base import DataSplit
+from .base import DataSplit, DatasetMissing
 
 
 def _cifar(name: str) -> Callable[..., DataSplit]:
@@ -65,6 +65,22 @@ def _loader(name: str) -> Callable[..., DataSplit]:
     return LOADERS[name]()
 
 
-def load_dataset(name: str, **kwargs) -> DataSplit:
-    """Load a dataset by name; keyword arguments go to its loader (e.g. root=..., tokenizer=...)."""
-    return _loader(name)(**kwargs)
+# Loaders that fetch their files when they are missing (they take download=). An offline run
+# passes download=False, so a cluster job never starts a download of its own.
+FETCHING = frozenset({"cifar10", "cifar100", "imagenette"})
+OFFLINE_HINT = ("This run is offline (lpdl train --offline, as every workflow train job): fetch and verify "
+                "the data first with `lpdl prefetch` or the workflow's download rule, `snakemake download`.")
+
+
+def load_dataset(name: str, *, offline: bool = False, **kwargs) -> DataSplit:
+    """Load a dataset by name; keyword arguments go to its loader (e.g. root=..., tokenizer=...).
+
+    offline=True: nothing is downloaded, and a missing dataset's DatasetMissing says how to
+    prefetch it (the hub side of offline is HF_HUB_OFFLINE=1, set by `lpdl train --offline`)."""
+    loader = _loader(name)
+    if not offline:
+        return loader(**kwargs)
+    try:
+        return loader(**kwargs, **({"download": False} if name in FETCHING else {}))
+    except DatasetMissing as e:
+        raise DatasetMissing(f"{str(e).rstrip()} {OFFLINE_HINT}") from e

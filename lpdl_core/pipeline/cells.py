@@ -1,8 +1,10 @@
-"""The paper's cells as data: one row of workflow/paper/<table>.csv = one training run.
+"""The paper's cells as data: one row of <paper_dir>/<table>.csv = one training run.
 
 `load_cells()` reads and validates every row (errors name the file and line); `Cell.cell_id`
 is a readable unique slug such as ``t2-resnet20-dring8-c99-s0.8-choco-int8``.
-workflow/paper/README.md documents the columns and every assumption behind them.
+The paper's own cells ship with the package (PAPER_DIR, lpdl_core/pipeline/paper/), so an installed
+lpdl has them; its README.md documents the columns and every assumption behind them. A copy of that
+folder, edited or extended, can be given instead as `paper_dir`.
 """
 from __future__ import annotations
 
@@ -172,18 +174,22 @@ def _convert(col: str, text: str):
     return text
 
 
-def _default_dir(paper_dir: str | Path) -> Path:
-    p = Path(paper_dir)
-    if not p.is_absolute() and not p.exists():  # relative to the repository, wherever pytest runs
-        p = PACKAGE_DIR.parent / p
-    return p
+# the paper's cells, packaged with the library (package data: found wherever lpdl is installed)
+PAPER_DIR = PACKAGE_DIR / "pipeline" / "paper"
 
 
-def load_cells(paper_dir: str | Path = "workflow/paper", tables=None) -> list[Cell]:
-    """Read and validate <paper_dir>/<table>.csv for each table (default: every table file that
-    exists there; naming a table whose file is missing is an error). Every malformed row, and a
-    cell id used twice, is a ConfigError `file:line: column: why`."""
-    root = _default_dir(paper_dir)
+def paper_dir_path(paper_dir: str | Path | None = None) -> Path:
+    """The folder of cell tables: `paper_dir` as given (relative to the working directory), or the
+    packaged paper cells when None."""
+    return PAPER_DIR if paper_dir in (None, "") else Path(paper_dir)
+
+
+def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
+    """Read and validate <paper_dir>/<table>.csv for each table (paper_dir None: the packaged paper
+    cells; tables None: every table file that exists there; naming a table whose file is missing
+    is an error). Every malformed row, and a cell id used twice, is a ConfigError
+    `file:line: column: why`."""
+    root = paper_dir_path(paper_dir)
     if not root.is_dir():
         raise ConfigError(f"paper dir {paper_dir}: no such folder (it holds the paper's cells as "
                           f"table1.csv ... fig1.csv)")

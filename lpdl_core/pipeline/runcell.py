@@ -31,6 +31,10 @@ from .runsh import as_runsh
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
 PROFILES = ("mini", "paper")
+# The paper's DistilBERT on the Hugging Face hub: its tokenizer and its pretrained encoder weights.
+# A plan lists it in hub_models, so `lpdl prefetch` (lpdl_core.pipeline.prefetch) fetches exactly what
+# the run will load.
+PRETRAINED_TEXT = "distilbert-base-uncased"
 
 
 def quant_cfg(fidelity: Fidelity) -> QuantCfg:
@@ -52,6 +56,7 @@ class Plan:
     run: RunCfg
     fidelity: Fidelity
     mapping: tuple[str, ...] = ()
+    hub_models: tuple[str, ...] = ()  # Hugging Face hub repositories the run loads (tokenizer, weights)
     make_model: Callable | None = field(default=None, compare=False, repr=False)
 
 
@@ -78,14 +83,14 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
     else:
         optim = OptimCfg(momentum=cell.momentum, beta=0.9, weight_decay=1e-4)
     seed = cell.seed if seed is None else seed
-    curve_k = None
+    curve_k, hub = None, ()
     if profile == "paper":
         # official 0.1x warm-up epoch for CNNs
         sched = ScheduleCfg(kind=cell.lr_schedule, milestones=cell.milestones, warmup_epochs=0 if text else 1)
         dataset, dkw, model = cell.dataset, {"root": data_root}, cell.model
         epochs, lr, batch = cell.epochs, cell.lr, cell.batch_per_node
         if text:
-            dkw["tokenizer"] = "distilbert-base-uncased"
+            dkw["tokenizer"], hub = PRETRAINED_TEXT, (PRETRAINED_TEXT,)
     else:
         m = mini_run(cell)
         dataset, dkw, model, epochs, lr, batch = (m.dataset, dict(m.dataset_kwargs), m.model, m.epochs, m.lr,
@@ -98,7 +103,7 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
                  final_rounds=fidelity.final_rounds, curve_eval_samples=curve_k)
     return Plan(cell_id=paper_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
-                mapping=tuple(mapping), make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))
+                mapping=tuple(mapping), hub_models=hub, make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))
 
 
 def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelity: Fidelity) -> Callable:
@@ -111,7 +116,8 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
         labels = TEXT_CLASSES[cell.dataset]
         if profile == "paper":
             from ..models.transformer import SequenceClassifier, distilbert_classifier
-            return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg))
+            return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg,
+                                                                    pretrained=PRETRAINED_TEXT))
         from ..models.mini import mini_distilbert
         return lambda: mini_distilbert(labels, precision=precision, qcfg=qcfg, max_length=TEXT_MAX_LENGTH,
                                        **TINY_DISTILBERT)
@@ -126,9 +132,11 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
 
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
              fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
-             data_root: str | None = None, progress: Callable[[dict], None] | None = None) -> dict:
+             data_root: str | None = None, progress: Callable[[dict], None] | None = None,
+             offline: bool = False) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
     partition.csv}. metrics.json is written last, so its presence means the cell is complete.
+    offline: download nothing (the workflow's jobs; `lpdl prefetch` fetched the data beforehand).
 
     A finished run in out_dir is returned only if it is this run (same cell, seed, profile,
     defining settings and fidelity); anything else is a RunMismatch or CorruptFile naming the
@@ -155,7 +163,7 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         return read_run_metrics(out / "metrics.json", identity)
     resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
-    split = load_dataset(plan.dataset, **plan.dataset_kwargs)
+    split = load_dataset(plan.dataset, offline=offline, **plan.dataset_kwargs)
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,

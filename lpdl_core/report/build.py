@@ -66,7 +66,7 @@ def pdf_status(ok: bool, why: str) -> str:
 
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
-                 paper_dir: str | Path = "workflow/paper", tables=None, pdf: bool = True,
+                 paper_dir: str | Path | None = None, tables=None, pdf: bool = True,
                  log: Callable[[str], None] | None = None, compare_dir: str | Path | None = None) -> dict:
     """Write the report for results_dir (results/{profile}, holding runs.csv, curves.csv,
     tables/*.csv, cost.json, partitions.csv); returns what was written and the claims.

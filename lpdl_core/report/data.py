@@ -45,7 +45,7 @@ def _optional_frame(path: Path, notes: list[str], what: str) -> pd.DataFrame | N
     return read_frame(path, what)
 
 
-def load_report_data(results_dir: str | Path, paper_dir: str | Path = "workflow/paper", tables=None,
+def load_report_data(results_dir: str | Path, paper_dir: str | Path | None = None, tables=None,
                      profile: str | None = None, compare_dir: str | Path | None = None) -> ReportData:
     """results_dir: results/{profile}, holding what the aggregate, cost and partitions rules wrote.
     tables: which paper artifacts (default: every one in paper_dir).

@@ -14,7 +14,7 @@ rule aggregate:
     log:
         "results/{results}/logs/aggregate.log",
     conda:
-        "../../envs/lpdl.yaml"
+        "../envs/aggregate.yaml"
     script:
         "../scripts/aggregate.py"
 
@@ -29,7 +29,7 @@ rule cost:
     log:
         "results/{results}/logs/cost.log",
     conda:
-        "../../envs/lpdl.yaml"
+        "../envs/train.yaml"
     shell:
         "python -m lpdl_core cost --device {params.device:q} --out {output:q} > {log:q} 2>&1"
 
@@ -42,6 +42,6 @@ rule partitions:
     log:
         "results/{results}/logs/partitions.log",
     conda:
-        "../../envs/lpdl.yaml"
+        "../envs/train.yaml"
     shell:
         "python -m lpdl_core partition-figures --out {output:q} > {log:q} 2>&1"

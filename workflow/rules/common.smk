@@ -17,7 +17,7 @@ def _fail(msg):
 def _checked_config(cfg):
     from lpdl_core.config import check_workflow_config
 
-    schema = yaml.safe_load(Path(workflow.basedir, "workflow/schemas/config.schema.yaml").read_text())
+    schema = yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text())
     try:
         return check_workflow_config(cfg, schema)
     except LpdlError as e:
@@ -25,7 +25,7 @@ def _checked_config(cfg):
 
 
 def _check_cluster_env():
-    """A profile that takes the SLURM account or partition from LPDL_SLURM_* (slurm/config.yaml)
+    """A profile that takes the SLURM account or partition from LPDL_SLURM_* (workflow/profiles/slurm)
     needs the variable set, empty meaning none: unset, Snakemake would hand the literal text
     '${LPDL_SLURM_ACCOUNT}' to sbatch and fail only at the first submission."""
     import os
@@ -42,8 +42,11 @@ _check_cluster_env()
 _cfg = _checked_config(config)
 config.clear()
 config.update(_cfg)
+for _key, _spec in yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text())["properties"].items():
+    if "default" in _spec:  # optional keys: the schema's default
+        config.setdefault(_key, _spec["default"])
 
-from lpdl_core.pipeline.cells import load_cells  # noqa: E402
+from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, other_mode, results_name  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
 from lpdl_core.pipeline.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
@@ -89,7 +92,7 @@ def run_files(wildcards):
 
 
 TABLE_FILES = [f"results/{{results}}/tables/{t}{kind}.csv" for t in config["tables"] for kind in ("", "-paper")]
-PAPER_CSVS = [f"{config['paper_dir']}/{t}.csv" for t in config["tables"]]
+PAPER_CSVS = [str(paper_dir_path(config["paper_dir"]) / f"{t}.csv") for t in config["tables"]]
 
 
 def job_identity(job, wildcards):
@@ -104,9 +107,26 @@ def job_identity(job, wildcards):
 
 
 # Minutes per mini cell on one CPU thread (measured on a 2-core machine: 1-25 s per cell plus the
-# job's start-up); hours per paper cell on one GPU by model.
+# job's start-up). Paper cells: from measured GPU step times (config step_times,
+# lpdl_core/pipeline/runtime.py) with a margin, capped at max_runtime (the partition's MaxTime): a
+# longer job is cut there and its retry resumes from the checkpoint, so the request never grows.
 MINI_CELL_MINUTES = 2
-PAPER_HOURS = {"resnet20": 6, "resnet54": 12, "vgg11": 12, "resnet18": 12, "distilbert": 8}
+# host memory (MB) of a paper job by model: the dataset in memory plus the model's state
+PAPER_MEM_MB = {"resnet20": 24000, "resnet54": 24000, "vgg11": 64000, "resnet18": 64000, "distilbert": 64000}
+
+
+def _step_times():
+    from lpdl_core.pipeline.runtime import StepTimes
+
+    try:
+        return StepTimes.from_mapping(yaml.safe_load(Path(config["step_times"]).read_text()))
+    except OSError as e:
+        _fail(f"step_times: cannot read {config['step_times']}: {e.strerror}")
+    except (LpdlError, yaml.YAMLError) as e:
+        _fail(f"{config['step_times']}: {e}".splitlines()[0])
+
+
+STEP_TIMES = _step_times() if PROFILE == "paper" else None
 
 
 # Relative cost of one cell's step by model (measured step times of the mini stand-ins), used to
@@ -131,10 +151,33 @@ def gres(gpus: int):
 
 
 def train_resources(job):
-    """Per-job resources: tiny in the mini profile; by model size in the paper profile."""
+    """Per-job resources: tiny in the mini profile; in the paper profile the runtime comes from the
+    measured step times (lpdl_core.pipeline.runtime.job_runtime), the memory by model size."""
     cells = [CELL_BY_ID[c] for c in job.cells]
     if PROFILE == "mini":
         return {"mem_mb": 3000, "runtime": 10 + MINI_CELL_MINUTES * len(cells), "gpu": 0}
-    big = any(c.model in ("vgg11", "resnet18", "distilbert") for c in cells)
-    hours = sum(PAPER_HOURS[c.model] for c in cells)
-    return {"mem_mb": 64000 if big else 24000, "runtime": 60 * hours, "gpu": 1}
+    from lpdl_core.pipeline.runtime import job_runtime
+
+    req = job_runtime(cells, STEP_TIMES, executor=config["executor"], margin=config["runtime_margin"],
+                      max_minutes=config["max_runtime"])
+    return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells), "runtime": req.minutes, "gpu": 1}
+
+
+def _warn_long_jobs():
+    """One line when some paper jobs are estimated longer than max_runtime: they finish over several
+    attempts (each resumes from its checkpoint, nothing is recomputed) if --retries allows."""
+    if PROFILE != "paper":
+        return
+    from lpdl_core.pipeline.runtime import job_runtime
+
+    need = [job_runtime([CELL_BY_ID[c] for c in j.cells], STEP_TIMES, executor=config["executor"],
+                        margin=config["runtime_margin"], max_minutes=config["max_runtime"]).attempts_needed
+            for j in JOBS]
+    long = sum(n > 1 for n in need)
+    if long:
+        sys.stderr.write(f"lpdl: {long} train jobs are estimated longer than max_runtime="
+                         f"{config['max_runtime']} min and need up to {max(need)} attempts (each resumes "
+                         f"from its checkpoint): run with --retries {max(need) - 1} or more, or raise max_runtime\n")
+
+
+_warn_long_jobs()

@@ -10,7 +10,7 @@ rule demo:
         skew=config["demo"]["skew"],
     threads: 2
     conda:
-        "../../envs/lpdl.yaml"
+        "../envs/train.yaml"
     shell:
         "python -m lpdl_core demo --quiet --epochs {params.epochs:q} --nodes {params.nodes:q} "
         "--skew {params.skew:q} > {output:q} 2> {log:q}"

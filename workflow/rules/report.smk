@@ -19,6 +19,6 @@ rule report:
     log:
         f"results/{RESULTS}/logs/report.log",
     conda:
-        "../../envs/lpdl.yaml"
+        "../envs/report.yaml"
     script:
         "../scripts/report.py"

@@ -15,6 +15,10 @@ for _job in JOBS:
     rule:
         name:
             _job.rule
+        input:
+            # the data and pretrained weights, fetched and verified by the download rule; the job
+            # runs offline (ancient: re-verifying them never reruns a finished cell)
+            ancient(DOWNLOAD),
         output:
             # every artifact of every cell: the aggregate step reads metrics.json and curve.csv
             [f"{RUN_DIR.replace('{cell}', c)}/{a}" for c in _job.cells for a in RUN_ARTIFACTS],
@@ -32,11 +36,12 @@ for _job in JOBS:
         priority: job_priority(_job)
         resources:
             mem_mb=lambda wc, job=_job: train_resources(job)["mem_mb"],
-            runtime=lambda wc, attempt, job=_job: train_resources(job)["runtime"] * attempt,
+            # the same on every attempt: a retry resumes from the checkpoint (common.smk)
+            runtime=lambda wc, job=_job: train_resources(job)["runtime"],
             # GPUs as sbatch --gpus=N (gpu) or, where a site wants it, --gres=gpu:N (config gpu_request)
             gpu=lambda wc, job=_job: 0 if GPU_REQUEST == "gres" else train_resources(job)["gpu"],
             gres=lambda wc, job=_job: gres(train_resources(job)["gpu"]),
         conda:
-            "../../envs/lpdl.yaml"
+            "../envs/train.yaml"
         script:
             "../scripts/train.py"

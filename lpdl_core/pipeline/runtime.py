@@ -1,0 +1,124 @@
+"""How long a paper-profile training job runs on one GPU, from measured step times: the SLURM
+runtime request of the train rule.
+
+The step-time table (config/step-times.yaml, `StepTimes.from_mapping`) holds `lpdl bench` medians:
+seconds per training step of all `ref_nodes` nodes at `ref_batch` images per node, by precision and
+executor, for each measured model. A cell's job time is
+
+    T(cell) = steps(cell) * t_step(cell) * (1 + eval_share)
+    steps   = epochs * ceil(N_train / (n * b))                  (one step = one batch on every node)
+    t_step  = t_ref(model', precision, executor) * n / ref_nodes * max(1, M(model) b / (M(model') ref_batch))
+
+with model' = the model itself when measured, else the reference model; M = forward MACs per
+sample (per `model@dataset` where the input size depends on the dataset; counted by
+lpdl_core.training.cost on the real model). The loop executor's step grows linearly with the
+nodes; scaling an unmeasured model by its MACs from a launch-bound small model over-estimates,
+which is the safe side for a time limit. The request is
+`min(max_minutes, startup + margin * sum_cells T)`; a job that needs more than the cap is cut at
+the limit and its retry resumes from the cell's checkpoint (saved every epoch), so no attempt asks
+more than the partition allows and none starts from zero.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from ..errors import ConfigError
+from .cells import Cell
+
+PRECISIONS = ("fp32", "int8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepTimes:
+    """Measured step times (seconds per step of ref_nodes nodes x ref_batch per node) and what is
+    needed to scale them: MACs per sample by model, training-set sizes by dataset."""
+    ref_model: str
+    ref_nodes: int
+    ref_batch: int
+    measured: Mapping[str, Mapping[str, Mapping[str, float]]]   # model -> precision -> executor -> s
+    macs_per_sample: Mapping[str, float]
+    train_samples: Mapping[str, int]
+    eval_share: float = 0.1
+    provenance: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.ref_model not in self.measured:
+            raise ConfigError(f"step times: the reference model {self.ref_model!r} has no measurement")
+        for model, by_prec in self.measured.items():
+            for prec, by_exec in by_prec.items():
+                if prec not in PRECISIONS:
+                    raise ConfigError(f"step times: {model}: unknown precision {prec!r}")
+                for ex, s in by_exec.items():
+                    if not (isinstance(s, (int, float)) and s > 0 and math.isfinite(s)):
+                        raise ConfigError(f"step times: {model}.{prec}.{ex}: {s!r} is not a positive number")
+        for what, table in (("macs_per_sample", self.macs_per_sample), ("train_samples", self.train_samples)):
+            for k, v in table.items():
+                if not (isinstance(v, (int, float)) and v > 0):
+                    raise ConfigError(f"step times: {what}.{k}: {v!r} is not a positive number")
+        if not 0 <= self.eval_share < 10:
+            raise ConfigError(f"step times: eval_share {self.eval_share!r} is not in [0, 10)")
+
+    @classmethod
+    def from_mapping(cls, m: Mapping) -> "StepTimes":
+        known = {"ref_model", "ref_nodes", "ref_batch", "measured", "macs_per_sample", "train_samples",
+                 "eval_share", "provenance"}
+        unknown = set(m) - known
+        if unknown:
+            raise ConfigError(f"step times: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        try:
+            return cls(**m)
+        except TypeError as e:
+            raise ConfigError(f"step times: {e}") from None
+
+    def step_seconds(self, cell: Cell, executor: str) -> float:
+        """Seconds of one step of the cell (all its nodes), from the closest measurement."""
+        model = cell.model if cell.model in self.measured else self.ref_model
+        by_exec = self.measured[model].get(cell.precision, {})
+        if executor not in by_exec:
+            raise ConfigError(f"step times: no {cell.precision} {executor} measurement for {model}; "
+                              f"measured: {sorted(by_exec)}")
+        t = by_exec[executor] * cell.nodes / self.ref_nodes
+        if model != cell.model:
+            macs = self._macs(cell.model, cell.dataset) * cell.batch_per_node
+            t *= max(1.0, macs / (self._macs(model) * self.ref_batch))
+        return t
+
+    def _macs(self, model: str, dataset: str | None = None) -> float:
+        """MACs per sample: the `model@dataset` entry where the input size differs by dataset, else
+        the model's."""
+        for key in (f"{model}@{dataset}", model):
+            if key in self.macs_per_sample:
+                return float(self.macs_per_sample[key])
+        raise ConfigError(f"step times: no macs_per_sample for {model}")
+
+    def steps(self, cell: Cell) -> int:
+        """Training steps of the cell: epochs x batches per node per epoch."""
+        if cell.dataset not in self.train_samples:
+            raise ConfigError(f"step times: no train_samples for {cell.dataset}")
+        per_node = math.ceil(self.train_samples[cell.dataset] / (cell.nodes * cell.batch_per_node))
+        return cell.epochs * per_node
+
+    def cell_seconds(self, cell: Cell, executor: str) -> float:
+        """Expected wall seconds of the cell's training, evaluation included."""
+        return self.steps(cell) * self.step_seconds(cell, executor) * (1 + self.eval_share)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeRequest:
+    """The runtime of a job (minutes) and how many attempts a job of that length needs at the cap."""
+    minutes: int
+    estimate_minutes: float
+    attempts_needed: int
+
+
+def job_runtime(cells: Iterable[Cell], times: StepTimes, *, executor: str, margin: float = 1.5,
+                startup_minutes: float = 10, max_minutes: int = 2880) -> RuntimeRequest:
+    """The SLURM time request of one job running `cells` in sequence (see the module docstring)."""
+    if margin < 1:
+        raise ConfigError(f"runtime margin {margin} is below 1: jobs would be cut before they end")
+    est = startup_minutes + margin * sum(times.cell_seconds(c, executor) for c in cells) / 60
+    minutes = int(min(max_minutes, math.ceil(est)))
+    return RuntimeRequest(minutes=minutes, estimate_minutes=est,
+                          attempts_needed=max(1, math.ceil(est / max_minutes)))
