@@ -625,14 +625,24 @@ def _job_of(cell_id: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change", [
-    ["device=cuda"], ["executor=batched"], ["threads_per_job=2"], ["data_root=/some/where"],
-    ["paper_dir=small/"], ["paper_dir=./small"],
+    ["device=cuda"], ["executor=batched"], ["threads_per_job=2"], ["paper_dir=small/"], ["paper_dir=./small"],
 ])
 def test_rerun_setting_that_does_not_change_the_run_reruns_nothing(pipeline, change):
     p = smk(pipeline, "-n", "results/mini/tables/table1.csv", "--config", "paper_dir=small",
             "tables=[table1]", *change)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Nothing to be done" in p.stdout + p.stderr, p.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_rerun_another_data_root_reverifies_the_data_and_reruns_no_cell(pipeline):
+    """A new data root must be prefetched and verified (the train jobs run offline), so the
+    download job runs again; no finished cell does (the jobs read its manifest as ancient)."""
+    p = smk(pipeline, "-n", "results/mini/tables/table1.csv", "--config", "paper_dir=small",
+            "tables=[table1]", "data_root=/some/where")
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = p.stdout + p.stderr
+    assert "rule download:" in out and "rule train_" not in out and "rule aggregate:" not in out, out[-2000:]
 
 
 @pytest.mark.slow
@@ -672,6 +682,9 @@ def test_rerun_forced_with_quoted_hostile_data_root_restores_and_runs_no_shell_c
     assert p.returncode == 0, p.stderr[-2000:]
     assert not (tmp_path / "PWNED").exists()
     assert _metrics(pipeline).read_text() == before
+    # back to the module's data root: the download job verifies it again, no cell reruns
+    p = smk(pipeline, "-c1", "results/mini/tables/table1.csv", "--config", "paper_dir=small", "tables=[table1]")
+    assert p.returncode == 0 and "rule train_" not in p.stdout and _metrics(pipeline).read_text() == before
 
 
 @pytest.mark.slow

@@ -151,13 +151,18 @@ def _dense_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
     return value_bytes * m
 
 
+def kept_indices(score: torch.Tensor, ratio: float) -> torch.Tensor | None:
+    """(n, k) positions of each row's kept_count(m, ratio) largest scores; None: all kept."""
+    k = kept_count(score.shape[1], ratio)
+    return None if k == score.shape[1] else torch.topk(score, k, dim=1, sorted=False).indices
+
+
 def _keep_by_score(x: torch.Tensor, out: torch.Tensor, score: torch.Tensor, ratio: float) -> None:
     """Scatter into (zeroed) out the kept_count(m, ratio) entries of each row with largest score."""
-    k = kept_count(x.shape[1], ratio)
-    if k == x.shape[1]:  # dense segment (tiny tensors with ratio near 0)
+    idx = kept_indices(score, ratio)
+    if idx is None:  # dense segment (tiny tensors with ratio near 0)
         out.copy_(x)
         return
-    idx = torch.topk(score, k, dim=1, sorted=False).indices  # (n, k)
     out.scatter_(1, idx, x.gather(1, idx))
 
 
@@ -182,14 +187,20 @@ def _keeps_all(cfg: CompressorCfg) -> bool:
     return cfg.ratio == 0.0
 
 
-def _minmax_apply(x, out, u, cfg) -> None:
-    r"""Min-max affine quantization to L = 2^bits levels, nearest rounding, dequantized:
-    s = max((hi - lo)/(L - 1), 1e-8), C(x) = lo + s·round(clamp((x - lo)/s, 0, L - 1))."""
+def minmax_levels(x: torch.Tensor, cfg: CompressorCfg) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(lo, s, q) per row of x: min, step s = max((hi - lo)/(L - 1), 1e-8), integer levels q
+    (as floats) = round(clamp((x - lo)/s, 0, L - 1)), L = 2^bits. C(x) = q·s + lo."""
     levels = 2 ** cfg.bits
     lo = x.amin(dim=1, keepdim=True)
     hi = x.amax(dim=1, keepdim=True)
     scale = ((hi - lo) / (levels - 1)).clamp_min(_MINMAX_SCALE_FLOOR)
-    q = torch.round(((x - lo) / scale).clamp(0, levels - 1))
+    return lo, scale, torch.round(((x - lo) / scale).clamp(0, levels - 1))
+
+
+def _minmax_apply(x, out, u, cfg) -> None:
+    r"""Min-max affine quantization to L = 2^bits levels, nearest rounding, dequantized:
+    s = max((hi - lo)/(L - 1), 1e-8), C(x) = lo + s·round(clamp((x - lo)/s, 0, L - 1))."""
+    lo, scale, q = minmax_levels(x, cfg)
     out.copy_(q * scale + lo)
 
 
@@ -198,21 +209,30 @@ def _minmax_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
     return math.ceil(m * cfg.bits / 8) + 2 * 4
 
 
+def qsgd_levels(x: torch.Tensor, u: torch.Tensor, cfg: CompressorCfg) -> tuple[torch.Tensor, torch.Tensor]:
+    """(||x||, ξ) per row: ξ = s|x|/||x|| rounded up with probability its fractional part (u the
+    uniforms), integers in [0, s] as floats; 0 where ||x|| = 0."""
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    # A zero-norm tensor has |x| = 0 everywhere, so dividing by 1 instead gives level 0.
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    level_float = cfg.qsgd_s * x.abs() / safe
+    prev = torch.floor(level_float)
+    return norm, prev + (u < (level_float - prev)).to(x.dtype)
+
+
+def qsgd_value(sign: torch.Tensor, norm: torch.Tensor, level: torch.Tensor, cfg: CompressorCfg) -> torch.Tensor:
+    """sign·||x||·ξ/s, divided by 1 + min(m/s², √m/s) when biased (m = level.shape[-1])."""
+    s, m = cfg.qsgd_s, level.shape[-1]
+    q = sign * norm * level / s
+    return q / (1.0 + min(m / s ** 2, math.sqrt(m) / s)) if cfg.qsgd_biased else q
+
+
 def _qsgd_apply(x, out, u, cfg) -> None:
     r"""QSGD: C(x) = sign(x)·||x||·ξ/s, ξ = stochastic rounding of s|x|/||x|| (up with probability
     its fractional part, so unbiased); biased: also divided by 1 + min(m/s², √m/s). An all-zero
     tensor maps to zeros where the official code would produce NaN."""
-    s, m = cfg.qsgd_s, x.shape[1]
-    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    # A zero-norm tensor has |x| = 0 everywhere, so dividing by 1 instead gives level 0.
-    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    level_float = s * x.abs() / safe
-    prev = torch.floor(level_float)
-    up = (u < (level_float - prev)).to(x.dtype)
-    q = torch.sign(x) * norm * (prev + up) / s
-    if cfg.qsgd_biased:
-        q = q / (1.0 + min(m / s ** 2, math.sqrt(m) / s))
-    out.copy_(q)
+    norm, level = qsgd_levels(x, u, cfg)
+    out.copy_(qsgd_value(torch.sign(x), norm, level, cfg))
 
 
 def _qsgd_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
@@ -238,7 +258,7 @@ COMPRESSORS = tuple(REGISTRY)  # the built-in kinds, in registry order
 
 
 # ----------------------------------------------------------------------------- dispatch
-def _uniform(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def uniform_draws(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     # Sample on the generator's own device (a CPU generator cannot drive CUDA sampling), then move,
     # so a seeded CPU generator gives the same draws whatever device the state lives on.
     dtype = torch.float64 if like.dtype == torch.float64 else torch.float32
@@ -277,7 +297,7 @@ def compress(v: torch.Tensor, layout: Layout, cfg: CompressorCfg,
     out = torch.zeros_like(v) if entry.zeroed else torch.empty_like(v)
     # One draw for the whole (n, d) block: row i's draws are then the same as a per-node loop
     # would get from the same generator on CPU (sequential stream), which the tests rely on.
-    u = _uniform((v.shape[0], layout.d), v, generator) if entry.random else None
+    u = uniform_draws((v.shape[0], layout.d), v, generator) if entry.random else None
     for seg in layout.segments():
         cols = slice(seg.start, seg.stop)
         entry.apply(v[:, cols], out[:, cols], None if u is None else u[:, cols], cfg)

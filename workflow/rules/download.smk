@@ -10,6 +10,8 @@
 # Train jobs read it as ancient(): re-running the download job (its params changed: other tables,
 # data root or modes) never reruns a finished cell.
 
+import os
+
 DOWNLOAD = f"results/{RESULTS}/download.json"
 
 
@@ -17,8 +19,9 @@ DOWNLOAD = f"results/{RESULTS}/download.json"
 # plans (compare_modes included), where the data goes.
 PREFETCH_ARGS = [
     *(a for t in config["tables"] for a in ("--table", t)),
-    *(("--paper-dir", config["paper_dir"]) if config["paper_dir"] else ()),
-    *(("--data-root", config["data_root"]) if config["data_root"] else ()),
+    # normalized: another spelling of the same folder ("small/", "./small") is no change
+    *(("--paper-dir", os.path.normpath(config["paper_dir"])) if config["paper_dir"] else ()),
+    *(("--data-root", os.path.normpath(config["data_root"])) if config["data_root"] else ()),
     *(a for f in MODES.values() for a in ("--fidelity-json", json.dumps(f.as_dict(), sort_keys=True))),
 ]
 

@@ -15,10 +15,13 @@ directly. Bagua requires fixed peers and a symmetric doubly stochastic W (its ri
 no push-sum, so u stays 1. Q is the configured compressor (minmax8 = Bagua's MinMaxUInt8, but per
 tensor rather than per flattened bucket). Σ_i x_i is not conserved (each node applies its own
 quantization error).
+
+One node (`init_node`, a distributed rank) cannot read x_j: it keeps x̂ for itself and each
+in-neighbour in `State.xhat` (all x_0 at start), updated by every c_j it receives.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -26,11 +29,15 @@ import torch
 from ..compress import compress
 from .base import GossipCfg, Message, Round, out_degree, residual
 
-MESSAGE = Message(push_sum_weight=False)  # node j sends c_j only (no push-sum: u stays 1)
+def _always(cfg: GossipCfg) -> bool:
+    return True
+
+
+MESSAGE = Message(push_sum_weight=False, catch_up=_always)  # node j sends c_j only (u stays 1)
 
 
 class State(NamedTuple):
-    pass
+    xhat: Optional[torch.Tensor] = None  # (m, d) x̂ of every sender (own rows first); None: read x
 
 
 def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
@@ -45,8 +52,40 @@ def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
     return State()
 
 
+def init_node(x: torch.Tensor, *, senders: int, topology, cfg: GossipCfg, layout=None) -> State:
+    """One node's state (x: its own row x_0): x̂ of itself and of `senders` in-neighbours, all
+    x_0 (every node starts from the same x_0). The forward pass moves frozen tensors of x
+    (layout.frozen) outside gossip, which no replica sees: refused."""
+    init(x, topology=topology, cfg=cfg)
+    if layout is not None and layout.frozen:
+        raise ValueError("bagua-lp keeps replicas of its peers' models, which cannot follow frozen "
+                         f"tensors that the forward pass updates ({sorted(layout.frozen)})")
+    return State(xhat=torch.cat([x] + [x] * senders))
+
+
+def absorb(state: State, row: int, c: torch.Tensor) -> State:
+    """Fold a missed c_j of sender `row` into this node's copy: x̂_j += c_j."""
+    xhat = state.xhat.clone()
+    xhat[row] += c
+    return state._replace(xhat=xhat)
+
+
+def outgoing(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, W: torch.Tensor,
+             cfg: GossipCfg) -> torch.Tensor:
+    """v_i = x_{t+1/2} − x_i = x̃_i + η Σ_j (W_ij − I_ij) x̂_j − x_i, sent as c_i = Q[v_i]."""
+    x_half = x_tilde + cfg.eta * residual(W, x if state.xhat is None else state.xhat)
+    return x_half - x
+
+
+def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_tilde: torch.Tensor,
+        u: torch.Tensor, W: torch.Tensor, t: int, cfg: GossipCfg) -> Round:
+    """x_{t+1} = x + c and x̂_j += c_j for every sender j (c: every sender's c_j, own rows first)."""
+    xhat = None if state.xhat is None else state.xhat + c
+    return Round(x=x + c[:x.shape[0]], u=u, state=State(xhat=xhat), sent=out_degree(W))
+
+
 def step(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, u: torch.Tensor,
          W: torch.Tensor, t: int, cfg: GossipCfg, layout, generator=None) -> Round:
-    x_half = x_tilde + cfg.eta * residual(W, x)
-    c = compress(x_half - x, layout, cfg.compressor, generator)
-    return Round(x=x + c, u=u, state=state, sent=out_degree(W))
+    v = outgoing(state, x=x, x_tilde=x_tilde, W=W, cfg=cfg)
+    return mix(state, v=v, c=compress(v, layout, cfg.compressor, generator), x=x, x_tilde=x_tilde,
+               u=u, W=W, t=t, cfg=cfg)

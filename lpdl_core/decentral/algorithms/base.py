@@ -1,10 +1,23 @@
 """What every gossip algorithm shares: its config, what its messages carry, the result of one
 round, and the two mixing primitives (W - I) X and the push-sum weight update (paper Alg. 4/5,
-line 9)."""
+line 9).
+
+Every algorithm module defines the same functions: `init` (the simulator's state for all n nodes),
+`init_node` (the state of one node that holds its own row and replicas of its in-neighbours'),
+`outgoing` (the message v_i before compression), `mix` (the round, given every sender's C(v_j))
+and `step` = mix after outgoing and `compress`. The simulator calls `step` on all n nodes at once.
+
+Receivers and senders. `mix` and `outgoing` take W as an (r, m) block: rows the r nodes being
+updated, columns the m nodes whose messages they read, the receivers being the first r senders.
+The simulator passes all nodes (r = m = n, W square). A distributed rank passes its own row and
+its in-neighbours (r = 1; lpdl_core.decentral.engine.distributed). The senders' C(v_j), their
+push-sum weights u_j (when the message carries them) and replicas kept in the algorithm's state
+have m rows; every other node-stacked input (x, x̃, own buffers) has r.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 import torch
 
@@ -49,6 +62,10 @@ class GossipCfg:
                              f"got {self.choco_replicas!r}")
 
 
+def _never(cfg: GossipCfg) -> bool:
+    return False
+
+
 @dataclass(frozen=True, kw_only=True)
 class Message:
     """What one gossip message carries besides the compressed payload C(·) (declared by each
@@ -56,33 +73,47 @@ class Message:
 
     push_sum_weight: the sender's push-sum weight u_j rides along (4 bytes, float32), as in the
         push-sum algorithms' u_{t+1} = u_t + η Σ_j (W_ij − I_ij) u_j. False when u stays 1.
+    catch_up: cfg -> True when receivers keep a replica of each sender that every payload updates
+        (x̂_j += C(v_j), applied by the module's `absorb`): an edge idle for some rounds then
+        replays, on its next active round, every payload its receiver missed, oldest first (each
+        counted as one message).
     """
 
     push_sum_weight: bool
+    catch_up: Callable[[GossipCfg], bool] = _never
 
     def __post_init__(self) -> None:
         if not isinstance(self.push_sum_weight, bool):
             raise ValueError(f"Message.push_sum_weight must be a bool, got {self.push_sum_weight!r}")
+        if not callable(self.catch_up):
+            raise ValueError(f"Message.catch_up must be callable, got {self.catch_up!r}")
 
 
 class Round(NamedTuple):
-    """Outcome of one gossip round for all n nodes."""
+    """Outcome of one gossip round for the r receivers (all n nodes in the simulator)."""
 
-    x: torch.Tensor  # (n, d) x_{t+1}, push-sum numerators after the consensus step
-    u: torch.Tensor  # (n,)   u_{t+1}, push-sum weights
+    x: torch.Tensor  # (r, d) x_{t+1}, push-sum numerators after the consensus step
+    u: torch.Tensor  # (r,)   u_{t+1}, push-sum weights
     state: Any       # the algorithm's own state (error buffers, x̂, replicas, ...)
     sent: torch.Tensor  # (n,) messages each node sent this round (bytes = sent * message bytes)
 
 
 def residual(W: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(W − I) y for stacked node values y of shape (n, ...): row i is Σ_j (W_ij − I_ij) y_j."""
+    """(W − I) y for stacked sender values y of shape (m, ...) and W of shape (r, m), the r
+    receivers being the first r senders: row i is Σ_j (W_ij − I_ij) y_j."""
     flat = y.reshape(y.shape[0], -1)
-    return (W @ flat - flat).reshape(y.shape)
+    r = W.shape[0]
+    return (W @ flat - flat[:r]).reshape(r, *y.shape[1:])
 
 
 def push_sum_weights(u: torch.Tensor, W: torch.Tensor, eta: float) -> torch.Tensor:
     """u_{t+1} = u_t + η Σ_j (W_ij − I_ij) u_j (Alg. 4/5 line 9). u ≡ 1 on regular graphs."""
-    return u + eta * residual(W, u)
+    return u[:W.shape[0]] + eta * residual(W, u)
+
+
+def off_diagonal(W: torch.Tensor) -> torch.Tensor:
+    """W with the receivers' self weights W_ii zeroed: the in-edge weights only."""
+    return W.clone().fill_diagonal_(0.0)
 
 
 def out_degree(W: torch.Tensor) -> torch.Tensor:

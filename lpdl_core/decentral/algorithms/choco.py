@@ -20,6 +20,10 @@ the copy is exact again and the update uses the current W_ij. The official code 
 pre-weighted aggregate S_i = Σ_{j∈in(i)} w q_j (option choco_replicas="official-aggregate"),
 which is wrong once the in-neighbours or weights change. With η = 1 and no compression,
 x̂_i = x̃_i after every step and CHOCO is exactly D-PSGD/SGP.
+
+One node (`init_node`, a distributed rank) keeps x̂ for itself and one copy per in-neighbour in
+the rows of `State.xhat`, updated by every q_j it receives; on a time-varying graph the missed
+q_j are replayed (`MESSAGE.catch_up`) and folded in by `absorb` before the round's own q_j.
 """
 from __future__ import annotations
 
@@ -28,18 +32,23 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Message, Round, out_degree, push_sum_weights
+from .base import GossipCfg, Message, Round, off_diagonal, out_degree, push_sum_weights
 
-MESSAGE = Message(push_sum_weight=True)  # node j sends q_j and u_j
+
+def _per_neighbour(cfg: GossipCfg) -> bool:
+    return cfg.choco_replicas == "per-neighbour"  # the official aggregate never replays
+
+
+MESSAGE = Message(push_sum_weight=True, catch_up=_per_neighbour)  # node j sends q_j and u_j
 
 
 class State(NamedTuple):
-    xhat: torch.Tensor                 # (n, d) x̂_i, each node's public copy; zeros at start
+    xhat: torch.Tensor                 # (m, d) x̂ of every sender (own rows first); zeros at start
     replicas: Optional[torch.Tensor]   # (E, d) copy of x̂_src at dst, time-varying graphs only
     src: Optional[torch.Tensor]        # (E,) long, sender of each edge
     dst: Optional[torch.Tensor]        # (E,) long, receiver of each edge
     last_sync: Optional[torch.Tensor]  # (E,) long, last round the edge was active (-1: never)
-    aggregate: Optional[torch.Tensor]  # (n, d) official S_i, "official-aggregate" only
+    aggregate: Optional[torch.Tensor]  # (r, d) official S_i, "official-aggregate" only
 
 
 def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
@@ -56,20 +65,43 @@ def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
     return State(xhat, replicas, src, dst, last_sync, None)
 
 
-def step(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, u: torch.Tensor,
-         W: torch.Tensor, t: int, cfg: GossipCfg, layout, generator=None) -> Round:
-    q = compress(x_tilde - state.xhat, layout, cfg.compressor, generator)
-    xhat = state.xhat + q
-    W_off = W - torch.diag(torch.diagonal(W))  # in-edge weights only
+def init_node(x: torch.Tensor, *, senders: int, topology=None, cfg: GossipCfg,
+              layout=None) -> State:
+    """One node's state (x: its own row): x̂ for itself and a copy for each of `senders`
+    in-neighbours, all zeros as every x̂ starts; the official aggregate S_i when asked for."""
+    xhat = x.new_zeros((x.shape[0] + senders, x.shape[1]))
+    aggregate = torch.zeros_like(x) if cfg.choco_replicas == "official-aggregate" else None
+    return State(xhat, None, None, None, None, aggregate)
+
+
+def absorb(state: State, row: int, c: torch.Tensor) -> State:
+    """Fold a missed q_j of sender `row` into this node's copy: x̂_j += q_j."""
+    xhat = state.xhat.clone()
+    xhat[row] += c
+    return state._replace(xhat=xhat)
+
+
+def outgoing(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, W: torch.Tensor,
+             cfg: GossipCfg) -> torch.Tensor:
+    """v_i = x̃_i − x̂_i, sent as q_i = C[v_i]."""
+    return x_tilde - state.xhat[:x_tilde.shape[0]]
+
+
+def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_tilde: torch.Tensor,
+        u: torch.Tensor, W: torch.Tensor, t: int, cfg: GossipCfg) -> Round:
+    """x̂_j += q_j for every sender j, then the consensus step (c: every sender's q_j)."""
+    r = x_tilde.shape[0]
+    xhat = state.xhat + c
+    W_off = off_diagonal(W)  # in-edge weights only
     sent = out_degree(W)
     replicas, last_sync, aggregate = state.replicas, state.last_sync, state.aggregate
 
     if aggregate is not None:
         # Official: S_i += Σ_in w q_j with this round's weights, never re-weighted.
-        aggregate = aggregate + W_off @ q
+        aggregate = aggregate + W_off @ c
         S = aggregate
     elif replicas is None:
-        S = W_off @ xhat  # static graph: every copy of x̂_j equals x̂_j
+        S = W_off @ xhat  # every copy of x̂_j equals x̂_j (static graph, or caught up)
     else:
         w_e = W[state.dst, state.src]
         active = w_e != 0
@@ -80,10 +112,18 @@ def step(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, u: torch.Tenso
         last_sync = torch.where(active, torch.full_like(last_sync, t), last_sync)
         S = torch.zeros_like(xhat).index_add_(0, state.dst, w_e[:, None] * replicas)
 
+    own = xhat[:r]
     if cfg.choco_form == "paper":
-        consensus = S - W_off.sum(1, keepdim=True) * xhat
+        consensus = S - W_off.sum(1, keepdim=True) * own
     else:
-        consensus = S + (torch.diagonal(W) - 1.0)[:, None] * xhat
+        consensus = S + (torch.diagonal(W) - 1.0)[:, None] * own
     x_next = x_tilde + cfg.eta * consensus
     new_state = State(xhat, replicas, state.src, state.dst, last_sync, aggregate)
     return Round(x=x_next, u=push_sum_weights(u, W, cfg.eta), state=new_state, sent=sent)
+
+
+def step(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, u: torch.Tensor,
+         W: torch.Tensor, t: int, cfg: GossipCfg, layout, generator=None) -> Round:
+    v = outgoing(state, x=x, x_tilde=x_tilde, W=W, cfg=cfg)
+    return mix(state, v=v, c=compress(v, layout, cfg.compressor, generator), x=x, x_tilde=x_tilde,
+               u=u, W=W, t=t, cfg=cfg)

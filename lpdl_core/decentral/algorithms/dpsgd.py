@@ -27,7 +27,27 @@ def init(x: torch.Tensor, *, topology=None, cfg: GossipCfg | None = None) -> Sta
     return State()
 
 
+def init_node(x: torch.Tensor, *, senders: int, topology=None, cfg: GossipCfg | None = None,
+              layout=None) -> State:
+    """One node's state: none (messages are whole models x̃_j)."""
+    return State()
+
+
+def outgoing(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, W: torch.Tensor,
+             cfg: GossipCfg) -> torch.Tensor:
+    """v_i = x̃_i, sent whole (the compressor is the identity)."""
+    return x_tilde
+
+
+def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_tilde: torch.Tensor,
+        u: torch.Tensor, W: torch.Tensor, t: int, cfg: GossipCfg) -> Round:
+    """x_{t+1} = x̃ + η (W − I) x̃ (c: every sender's x̃_j, own rows first)."""
+    x_next = x_tilde + cfg.eta * residual(W, c)
+    return Round(x=x_next, u=push_sum_weights(u, W, cfg.eta), state=state, sent=out_degree(W))
+
+
 def step(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, u: torch.Tensor,
          W: torch.Tensor, t: int, cfg: GossipCfg, layout=None, generator=None) -> Round:
-    x_next = x_tilde + cfg.eta * residual(W, x_tilde)
-    return Round(x=x_next, u=push_sum_weights(u, W, cfg.eta), state=state, sent=out_degree(W))
+    v = outgoing(state, x=x, x_tilde=x_tilde, W=W, cfg=cfg)
+    # C is the identity (GossipCfg checks), so every sender's C(v_j) is v_j itself.
+    return mix(state, v=v, c=v, x=x, x_tilde=x_tilde, u=u, W=W, t=t, cfg=cfg)

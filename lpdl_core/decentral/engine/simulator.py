@@ -24,7 +24,7 @@ from torch import nn
 from ...config import DEVICES  # noqa: E402
 from ...errors import DeviceUnavailable
 from .. import algorithms, optim
-from ..algorithms.base import GossipCfg
+from ..algorithms.base import GossipCfg, Round
 from ..compress import message_bytes
 from ..layout import Layout, node_parameters
 from ..optim import OptimCfg
@@ -71,7 +71,8 @@ class Simulator:
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy):
         self.topology, self.gossip_cfg, self.optim_cfg, self.engine_cfg = topology, gossip, optim_cfg, engine
         self.device = resolve_device(engine.device)
-        n = self.n = topology.n
+        self.n = topology.n
+        n = self._rows()  # the node rows this process holds
         torch.manual_seed(engine.seed)  # every node starts from the same x_0
         model0 = make_model()
         self.layout = Layout.from_module(model0)
@@ -82,7 +83,7 @@ class Simulator:
         self.frozen = self.layout.frozen_mask(self.device)  # None: every tensor is trainable
         self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn)
         self.algorithm = algorithms.get(gossip.algorithm)
-        self.algo_state = self.algorithm.init(self.x, topology=topology, cfg=gossip)
+        self.algo_state = self._init_algorithm()
         self.opt_state = optim.init(self.x, optim_cfg)
         self.generator = torch.Generator(device=self.device).manual_seed(engine.seed + 1)
         self.t = 0  # gossip rounds done
@@ -92,15 +93,25 @@ class Simulator:
                                            push_sum_weight=self.algorithm.MESSAGE.push_sum_weight)
         self._W: dict[int, torch.Tensor] = {}
 
+    def _rows(self) -> int:
+        """Node rows held here: all n (a distributed rank holds one)."""
+        return self.n
+
+    def _init_algorithm(self):
+        return self.algorithm.init(self.x, topology=self.topology, cfg=self.gossip_cfg)
+
     def W(self, t: int) -> torch.Tensor:
         key = t % self.topology.period
         if key not in self._W:
             self._W[key] = torch.as_tensor(self.topology.W(t), dtype=self.x.dtype, device=self.device)
         return self._W[key]
 
+    def _loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.executor.loss_and_grad(xb, yb)
+
     def train_step(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
         """One iteration on node-stacked batches xb (n, B, ...), yb (n, B). Returns losses (n,)."""
-        losses, g = self.executor.loss_and_grad(xb, yb)
+        losses, g = self._loss_and_grad(xb, yb)
         self._sync_frozen()
         x_tilde, self.opt_state = optim.local_step(self.x, g, self.opt_state, lr, self.optim_cfg)
         if self.frozen is not None:  # the optimizer never moves frozen tensors
@@ -117,7 +128,7 @@ class Simulator:
         """A final round as the official code runs it: a train-mode forward and backward on each
         node's batch (which updates activation ranges and normalization statistics; gradients
         are dropped, no optimizer step), then a gossip-only round. Returns the losses (n,)."""
-        losses, _ = self.executor.loss_and_grad(xb, yb)
+        losses, _ = self._loss_and_grad(xb, yb)
         self._sync_frozen()
         self.gossip_round()
         return losses
@@ -134,16 +145,21 @@ class Simulator:
         if self.frozen is not None:
             self.x = torch.where(self.frozen, self.z * self.u[:, None], self.x)
 
-    def _gossip(self, x_tilde: torch.Tensor, lr: float | None) -> None:
+    def _round(self, x_tilde: torch.Tensor) -> tuple[Round, torch.Tensor]:
+        """The algorithm's gossip round t for every node held, and the bytes each one sent."""
         r = self.algorithm.step(self.algo_state, x=self.x, x_tilde=x_tilde, u=self.u, W=self.W(self.t),
                                 t=self.t, cfg=self.gossip_cfg, layout=self.layout,
                                 generator=self.generator)
+        return r, r.sent.to(torch.float64) * self.message_bytes
+
+    def _gossip(self, x_tilde: torch.Tensor, lr: float | None) -> None:
+        r, sent_bytes = self._round(x_tilde)
         if lr is not None:
             self.opt_state = optim.qgm_correct(self.opt_state, r.x, x_tilde, r.u, lr, self.optim_cfg)
             if self.frozen is not None:
                 self._no_frozen_momentum()
         self.x, self.u, self.algo_state = r.x, r.u, r.state
-        self.bytes_sent += r.sent.to(torch.float64) * self.message_bytes
+        self.bytes_sent += sent_bytes
         self.t += 1
         self.z.copy_(self.x / self.u[:, None])
 

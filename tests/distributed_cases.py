@@ -1,0 +1,113 @@
+"""Cases for tests/test_distributed.py, importable by the spawned rank processes: tiny models,
+seeded batches, and what a rank runs (one NodeProcess per case, its row saved to a file)."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from lpdl_core.decentral.algorithms import GossipCfg
+from lpdl_core.decentral.compress import CompressorCfg
+from lpdl_core.decentral.engine import EngineCfg, Simulator
+from lpdl_core.decentral.optim import OptimCfg
+from lpdl_core.decentral.topology import Topology
+from lpdl_core.quant.layers import make_conv, make_linear
+from lpdl_core.quant.quantizer import QuantCfg
+
+N, B = 4, 6
+# 8-bit training with nearest rounding everywhere: deterministic, as the loop == batched tests use.
+INT8 = QuantCfg(act_rounding="nearest", grad_rounding="nearest")
+
+
+def mlp_fp32() -> nn.Module:
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.Tanh(), nn.Linear(16, 10))
+
+
+def cnn_int8() -> nn.Module:
+    """8-bit conv + linear (QConv2d/QLinear: quantized weights, activations, layer gradients)."""
+    return nn.Sequential(make_conv(1, 4, 3, padding=1, bias=True, qcfg=INT8), nn.Tanh(), nn.Flatten(),
+                         make_linear(256, 10, qcfg=INT8))
+
+
+MODELS = {"fp32": mlp_fp32, "int8": cnn_int8}
+# The paper's messages: η = 1 without compression, η = 0.01 with top-k at 99% (Bagua: 8-bit min-max).
+COMPRESSION = {1.0: CompressorCfg(), 0.01: CompressorCfg(kind="topk", ratio=0.99)}
+
+
+@dataclass(frozen=True)
+class Case:
+    algorithm: str
+    eta: float
+    precision: str
+    graph: str
+    steps: int = 4
+    lr: float = 0.1
+    compressor: CompressorCfg | None = None  # None: COMPRESSION[eta] (identity for dpsgd)
+    momentum: str = "nesterov"
+    choco_replicas: str = "per-neighbour"
+
+    @property
+    def name(self) -> str:
+        comp = self.gossip.compressor
+        return (f"{self.algorithm}-eta{self.eta:g}-{self.precision}-{self.graph}-{comp.kind}{comp.ratio:g}"
+                f"-{self.momentum}-{self.choco_replicas}")
+
+    @property
+    def gossip(self) -> GossipCfg:
+        comp = self.compressor
+        if comp is None:
+            comp = CompressorCfg() if self.algorithm == "dpsgd" else COMPRESSION[self.eta]
+        return GossipCfg(algorithm=self.algorithm, eta=self.eta, compressor=comp,
+                         choco_replicas=self.choco_replicas)
+
+    def kwargs(self) -> dict:
+        return dict(topology=Topology(name=self.graph, n=N), gossip=self.gossip,
+                    optim_cfg=OptimCfg(momentum=self.momentum), engine=EngineCfg(executor="loop", device="cpu"))
+
+    def batches(self):
+        g = torch.Generator().manual_seed(len(self.name))
+        return [(torch.randn(N, B, 1, 8, 8, generator=g), torch.randint(0, 10, (N, B), generator=g))
+                for _ in range(self.steps)]
+
+    def simulate(self) -> Simulator:
+        sim = Simulator(MODELS[self.precision], **self.kwargs())
+        for xb, yb in self.batches():
+            sim.train_step(xb, yb, self.lr)
+        return sim
+
+
+def run_cases(cases: list[Case], out_dir: str) -> None:
+    """Rank side: every case from scratch; saves x, u, bytes sent and seconds per case."""
+    from lpdl_core.decentral.engine.distributed import NodeProcess
+
+    torch.set_num_threads(1)
+    for case in cases:
+        t0 = time.perf_counter()
+        node = NodeProcess(MODELS[case.precision], **case.kwargs())
+        r = node.rank
+        for xb, yb in case.batches():
+            node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
+        torch.save({"x": node.x[0], "u": node.u[0], "bytes": float(node.bytes_sent[0]),
+                    "seconds": time.perf_counter() - t0},
+                   Path(out_dir) / f"{case.name}-{r}.pt")
+
+
+def die_at(case: Case, victim: int, step: int, out_dir: str) -> None:
+    """Rank side: `victim` exits abruptly (os._exit, no goodbye) before gossip round `step`; the
+    others record when they gave up."""
+    from lpdl_core.decentral.engine.distributed import NodeProcess
+
+    torch.set_num_threads(1)
+    node = NodeProcess(MODELS[case.precision], **case.kwargs())
+    r = node.rank
+    try:
+        for t, (xb, yb) in enumerate(case.batches()):
+            if r == victim and t == step:
+                os._exit(3)
+            node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
+    finally:
+        (Path(out_dir) / f"gave-up-{r}").write_text(str(time.time()))

@@ -1,0 +1,164 @@
+"""The distributed executor (lpdl_core.decentral.engine.distributed) equals the loop simulator.
+
+4 gloo ranks on 127.0.0.1 (p2p.launch: spawned processes, env:// rendezvous), tiny models, a few
+steps from the same seeds and batches. Each rank's final x_i and u_i must equal the loop
+executor's row i, and the bytes that crossed its wire must equal the simulator's exact byte
+metric. One launch runs a whole list of cases (process start-up is most of the cost).
+
+Tolerance. Forward, backward, local step and compression run the same code on the same numbers
+(one thread, same shapes), so they agree bit for bit; the only other operation is the weighted
+sum Σ_j W_ij y_j, a dot product over i and its in-neighbours at the rank and one row of the
+(n, n) matmul in the simulator. With one in-neighbour (directed ring, time-varying exponential)
+both add one product to exact zeros (measured: identical); with k terms the order may differ,
+about k·2^-24 relative per round (measured ≤ 3e-8 absolute on O(1) weights after 4 steps).
+RTOL = 1e-5 / ATOL = 1e-6 allow 30x that over 4 steps of lr 0.1; a plumbing error (another
+node's message, a stale replica, a missed catch-up payload) moves x by the order of an update,
+lr·g ~ 1e-2. One exception: 8-bit min-max messages (Bagua-LP) round to nearest, and such an
+order difference at a .5 tie flips one level, one step (hi - lo)/255 of that tensor; those cases
+allow a few coordinates (< 2%) to differ by up to 3 steps and hold all others to RTOL / ATOL.
+Top-k at 99% could in principle swap two entries of equal magnitude the same way; with one
+in-neighbour it cannot (and does not on these graphs).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lpdl_core.decentral import p2p, wire
+from lpdl_core.decentral.algorithms import bagua_lp
+from lpdl_core.decentral.compress import REGISTRY, CompressorCfg, compress, message_bytes, uniform_draws
+from lpdl_core.decentral.layout import Layout
+from lpdl_core.decentral.topology import Topology
+
+sys.path.insert(0, str(Path(__file__).parent))  # the spawned ranks import distributed_cases
+from distributed_cases import N, Case, die_at, run_cases  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+RTOL, ATOL = 1e-5, 1e-6
+MINMAX = CompressorCfg(kind="minmax8")
+TV = "time-varying-exponential"
+
+FAST = [
+    Case("ds", 0.01, "fp32", "directed-ring"),
+    Case("choco", 0.01, "int8", TV),                       # catch-up replays on the time-varying graph
+    Case("choco", 1.0, "fp32", "directed-ring"),
+    Case("dpsgd", 1.0, "fp32", "random-directed", momentum="qgm"),  # irregular: u drifts from 1
+    Case("bagua-lp", 1.0, "int8", "ring", compressor=MINMAX),
+    Case("ds", 1.0, "int8", TV, compressor=CompressorCfg(kind="qsgd", qsgd_level=4)),  # seeded uniforms
+]
+# algorithms x eta x precision x graph (Bagua-LP refuses directed and time-varying graphs, as the
+# simulator does: it runs on the undirected ring, with 8-bit min-max messages at both eta).
+MATRIX = [Case(a, eta, prec, g, compressor=MINMAX if a == "bagua-lp" else None)
+          for a in ("ds", "choco", "dpsgd", "bagua-lp") for eta in (1.0, 0.01) for prec in ("fp32", "int8")
+          for g in (("ring",) if a == "bagua-lp" else ("directed-ring", TV))]
+MATRIX += [Case("choco", 0.01, "fp32", "random-directed", steps=5),
+           Case("choco", 0.5, "fp32", TV, choco_replicas="official-aggregate",
+                compressor=CompressorCfg(kind="randomk", ratio=0.5))]
+
+
+def _launch(cases: list[Case], tmp_path: Path) -> float:
+    t0 = time.perf_counter()
+    codes = p2p.launch(run_cases, cases, str(tmp_path), world_size=N, cfg=p2p.P2PCfg(timeout_s=60))
+    assert codes == [0] * N
+    return time.perf_counter() - t0
+
+
+def _check(case: Case, out: Path) -> None:
+    sim = case.simulate()
+    for r in range(N):
+        got = torch.load(out / f"{case.name}-{r}.pt")
+        assert got["bytes"] == float(sim.bytes_sent[r]) > 0, (case.name, r)
+        torch.testing.assert_close(got["u"], sim.u[r], rtol=RTOL, atol=ATOL)
+        x, ref = got["x"], sim.x[r]
+        if case.gossip.compressor.kind == "minmax8":
+            step = 3 * (ref.abs().max() * 2 / 255)  # a few levels of the widest tensor's grid
+            off = ~torch.isclose(x, ref, rtol=RTOL, atol=ATOL)
+            assert off.float().mean() < 0.02 and (x - ref).abs().max() <= step, (case.name, r)
+        else:
+            torch.testing.assert_close(x, ref, rtol=RTOL, atol=ATOL, msg=lambda m: f"{case.name} rank {r}: {m}")
+    assert float((sim.x - sim.x[0]).abs().max()) > 1e-4  # the nodes did move apart
+
+
+@pytest.fixture(scope="module")
+def fast_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fast")
+    return out, _launch(FAST, out)
+
+
+@pytest.mark.parametrize("case", FAST, ids=lambda c: c.name)
+def test_distributed_equals_loop(case, fast_run):
+    _check(case, fast_run[0])
+
+
+@pytest.mark.slow
+def test_distributed_equals_loop_matrix(tmp_path):
+    _launch(MATRIX, tmp_path)
+    for case in MATRIX:
+        _check(case, tmp_path)
+
+
+def test_dead_rank_fails_the_others(tmp_path):
+    """A rank that dies makes every other rank fail (non-zero exit) within the p2p timeout."""
+    timeout = 5.0
+    t0 = time.time()
+    codes = p2p.launch(die_at, FAST[0], 2, 2, str(tmp_path), world_size=N,
+                       cfg=p2p.P2PCfg(timeout_s=timeout), join_s=60)
+    assert codes[2] == 3 and all(c not in (0, None) for c in codes), codes
+    died = max(float((tmp_path / f"gave-up-{r}").read_text()) for r in range(N) if r != 2)
+    assert died - t0 < 60
+
+
+# ----------------------------------------------------------------------------- no processes
+LAYOUT = Layout.from_shapes([(3, 4), (5,), (2, 2, 2), (300,), (1,)])
+KINDS = [CompressorCfg(), CompressorCfg(kind="topk", ratio=0.9), CompressorCfg(kind="topk", ratio=0.99),
+         CompressorCfg(kind="randomk", ratio=0.7), MINMAX, CompressorCfg(kind="minmax8", bits=3),
+         CompressorCfg(kind="qsgd", qsgd_level=4), CompressorCfg(kind="qsgd", qsgd_level=8, qsgd_biased=True),
+         CompressorCfg(kind="topk", ratio=0.0)]
+
+
+@pytest.mark.parametrize("cfg", KINDS, ids=lambda c: f"{c.kind}-{c.ratio:g}-{c.bits}-{c.qsgd_level}")
+@pytest.mark.parametrize("weight", [True, False])
+def test_wire_roundtrip_is_the_compressor(cfg, weight):
+    """unpack(pack(v)) == compress(v) bit for bit, and the message is message_bytes long."""
+    g = torch.Generator().manual_seed(0)
+    v = torch.randn(3, LAYOUT.d, generator=g)
+    v[1, 20:40] = 0.0
+    v[2, :12] = 5.0  # a constant tensor
+    ref = compress(v, LAYOUT, cfg, torch.Generator().manual_seed(7))
+    draws = uniform_draws(v.shape, v, torch.Generator().manual_seed(7)) if REGISTRY[cfg.kind].random else None
+    for i in range(3):
+        u = torch.tensor(0.5 + i)
+        buf = wire.pack(v[i], LAYOUT, cfg, draws=None if draws is None else draws[i], weight=u if weight else None)
+        assert buf.dtype == torch.uint8
+        assert buf.numel() == message_bytes(LAYOUT, cfg, push_sum_weight=weight)
+        c, w = wire.unpack(buf, LAYOUT, cfg, dtype=torch.float32, push_sum_weight=weight)
+        assert torch.equal(c, ref[i])
+        assert (w is None) if not weight else float(w) == float(u)
+
+
+def test_wire_rejects_wrong_sizes():
+    buf = wire.pack(torch.zeros(LAYOUT.d), LAYOUT, MINMAX)
+    with pytest.raises(ValueError, match="bytes"):
+        wire.unpack(buf[:-1], LAYOUT, MINMAX, dtype=torch.float32, push_sum_weight=False)
+
+
+def test_bagua_node_refuses_what_the_simulator_refuses():
+    x = torch.zeros(1, 4)
+    for graph in ("directed-ring", TV):
+        with pytest.raises(ValueError, match="bagua-lp"):
+            bagua_lp.init_node(x, senders=1, topology=Topology(name=graph, n=N), cfg=None)
+
+
+def test_p2p_cfg_and_env(monkeypatch):
+    with pytest.raises(ValueError):
+        p2p.P2PCfg(timeout_s=0)
+    with pytest.raises(ValueError):
+        p2p.P2PCfg(backend="mpi")
+    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "RANK": "0"}
+    p2p.env_from_slurm(env)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("0", "4", "1")  # set ones win
