@@ -19,8 +19,9 @@ from lpdl_core.quant.layers import make_conv, make_linear
 from lpdl_core.quant.quantizer import QuantCfg
 
 N, B = 4, 6
-# 8-bit training with nearest rounding everywhere: deterministic, as the loop == batched tests use.
-INT8 = QuantCfg(act_rounding="nearest", grad_rounding="nearest")
+# The paper's 8-bit training: nearest-rounded weights and activations, stochastically rounded layer
+# gradients (noise from the global generator, which the ranks replay as the loop executor draws it).
+INT8 = QuantCfg()
 
 
 def mlp_fp32() -> nn.Module:
@@ -33,7 +34,14 @@ def cnn_int8() -> nn.Module:
                          make_linear(256, 10, qcfg=INT8))
 
 
-MODELS = {"fp32": mlp_fp32, "int8": cnn_int8}
+def cnn_int8_frozen() -> nn.Module:
+    """cnn_int8 with the official code's activation ranges as gossiped, frozen parameters."""
+    q = QuantCfg(measure_as_parameters=True)
+    return nn.Sequential(make_conv(1, 4, 3, padding=1, bias=True, qcfg=q), nn.Tanh(), nn.Flatten(),
+                         make_linear(256, 10, qcfg=q))
+
+
+MODELS = {"fp32": mlp_fp32, "int8": cnn_int8, "int8-frozen": cnn_int8_frozen}
 # The paper's messages: η = 1 without compression, η = 0.01 with top-k at 99% (Bagua: 8-bit min-max).
 COMPRESSION = {1.0: CompressorCfg(), 0.01: CompressorCfg(kind="topk", ratio=0.99)}
 
@@ -49,12 +57,13 @@ class Case:
     compressor: CompressorCfg | None = None  # None: COMPRESSION[eta] (identity for dpsgd)
     momentum: str = "nesterov"
     choco_replicas: str = "per-neighbour"
+    loop_rng: bool = True  # the ranks replay the loop executor's global RNG stream
 
     @property
     def name(self) -> str:
         comp = self.gossip.compressor
         return (f"{self.algorithm}-eta{self.eta:g}-{self.precision}-{self.graph}-{comp.kind}{comp.ratio:g}"
-                f"-{self.momentum}-{self.choco_replicas}")
+                f"-{self.momentum}-{self.choco_replicas}" + ("" if self.loop_rng else "-own-rng"))
 
     @property
     def gossip(self) -> GossipCfg:
@@ -73,11 +82,14 @@ class Case:
         return [(torch.randn(N, B, 1, 8, 8, generator=g), torch.randint(0, 10, (N, B), generator=g))
                 for _ in range(self.steps)]
 
-    def simulate(self) -> Simulator:
-        sim = Simulator(MODELS[self.precision], **self.kwargs())
+    def simulate(self) -> tuple[Simulator, float]:
+        """The loop simulator after the case's steps, and the largest |x_{t+1} - x_t| on the way."""
+        sim, move = Simulator(MODELS[self.precision], **self.kwargs()), 0.0
         for xb, yb in self.batches():
+            x = sim.x.clone()
             sim.train_step(xb, yb, self.lr)
-        return sim
+            move = max(move, float((sim.x - x).abs().max()))
+        return sim, move
 
 
 def run_cases(cases: list[Case], out_dir: str) -> None:
@@ -87,7 +99,7 @@ def run_cases(cases: list[Case], out_dir: str) -> None:
     torch.set_num_threads(1)
     for case in cases:
         t0 = time.perf_counter()
-        node = NodeProcess(MODELS[case.precision], **case.kwargs())
+        node = NodeProcess(MODELS[case.precision], loop_rng=case.loop_rng, **case.kwargs())
         r = node.rank
         for xb, yb in case.batches():
             node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
@@ -96,9 +108,10 @@ def run_cases(cases: list[Case], out_dir: str) -> None:
                    Path(out_dir) / f"{case.name}-{r}.pt")
 
 
-def die_at(case: Case, victim: int, step: int, out_dir: str) -> None:
-    """Rank side: `victim` exits abruptly (os._exit, no goodbye) before gossip round `step`; the
-    others record when they gave up."""
+def die_at(case: Case, victim: int, step: int, out_dir: str, hang: bool = False) -> None:
+    """Rank side: before step `step`, `victim` exits abruptly (os._exit, no goodbye) or, with
+    hang, stops answering (its connections stay open) until every other rank gave up; the others
+    record when they gave up."""
     from lpdl_core.decentral.engine.distributed import NodeProcess
 
     torch.set_num_threads(1)
@@ -107,6 +120,9 @@ def die_at(case: Case, victim: int, step: int, out_dir: str) -> None:
     try:
         for t, (xb, yb) in enumerate(case.batches()):
             if r == victim and t == step:
+                (Path(out_dir) / "died").write_text(str(time.time()))
+                while hang and len(list(Path(out_dir).glob("gave-up-*"))) < N - 1:
+                    time.sleep(0.1)
                 os._exit(3)
             node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
     finally:

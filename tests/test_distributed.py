@@ -14,10 +14,12 @@ about k·2^-24 relative per round (measured ≤ 3e-8 absolute on O(1) weights af
 RTOL = 1e-5 / ATOL = 1e-6 allow 30x that over 4 steps of lr 0.1; a plumbing error (another
 node's message, a stale replica, a missed catch-up payload) moves x by the order of an update,
 lr·g ~ 1e-2. One exception: 8-bit min-max messages (Bagua-LP) round to nearest, and such an
-order difference at a .5 tie flips one level, one step (hi - lo)/255 of that tensor; those cases
-allow a few coordinates (< 2%) to differ by up to 3 steps and hold all others to RTOL / ATOL.
-Top-k at 99% could in principle swap two entries of equal magnitude the same way; with one
-in-neighbour it cannot (and does not on these graphs).
+order difference at a .5 tie flips one level of c_t's grid, range(c_t)/255 <= 2·max|x_{t+1} -
+x_t|/255; those cases allow a few coordinates (< 2%) to differ by up to 3 levels and hold all
+others to RTOL / ATOL. Top-k at 99% could in principle swap two entries of equal magnitude the
+same way; with one in-neighbour it cannot. Measured (4 steps): every case bit for bit equal except
+the random-directed graph (4.5e-8) and Bagua-LP FP at eta 1 on the ring (6 of 1210 coordinates of
+one rank, 2.6e-4: one flipped level each).
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ FAST = [
     Case("dpsgd", 1.0, "fp32", "random-directed", momentum="qgm"),  # irregular: u drifts from 1
     Case("bagua-lp", 1.0, "int8", "ring", compressor=MINMAX),
     Case("ds", 1.0, "int8", TV, compressor=CompressorCfg(kind="qsgd", qsgd_level=4)),  # seeded uniforms
+    Case("choco", 0.01, "int8-frozen", "directed-ring"),  # gossiped activation ranges
 ]
 # algorithms x eta x precision x graph (Bagua-LP refuses directed and time-varying graphs, as the
 # simulator does: it runs on the undirected ring, with 8-bit min-max messages at both eta).
@@ -69,25 +72,36 @@ def _launch(cases: list[Case], tmp_path: Path) -> float:
 
 
 def _check(case: Case, out: Path) -> None:
-    sim = case.simulate()
+    sim, move = case.simulate()
     for r in range(N):
         got = torch.load(out / f"{case.name}-{r}.pt")
         assert got["bytes"] == float(sim.bytes_sent[r]) > 0, (case.name, r)
         torch.testing.assert_close(got["u"], sim.u[r], rtol=RTOL, atol=ATOL)
         x, ref = got["x"], sim.x[r]
         if case.gossip.compressor.kind == "minmax8":
-            step = 3 * (ref.abs().max() * 2 / 255)  # a few levels of the widest tensor's grid
+            # a level of round t's grid is range(c_t)/255 <= 2·max|x_{t+1} - x_t|/255; allow 3
             off = ~torch.isclose(x, ref, rtol=RTOL, atol=ATOL)
-            assert off.float().mean() < 0.02 and (x - ref).abs().max() <= step, (case.name, r)
+            assert off.float().mean() < 0.02, (case.name, r, int(off.sum()))
+            assert float((x - ref).abs().max()) <= 3 * 2 * move / 255, (case.name, r)
         else:
             torch.testing.assert_close(x, ref, rtol=RTOL, atol=ATOL, msg=lambda m: f"{case.name} rank {r}: {m}")
     assert float((sim.x - sim.x[0]).abs().max()) > 1e-4  # the nodes did move apart
 
 
+# Without the replayed stream the 8-bit gradient noise differs: the check must see it.
+OWN_RNG = Case("ds", 1.0, "int8", "directed-ring", loop_rng=False)
+
+
 @pytest.fixture(scope="module")
 def fast_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("fast")
-    return out, _launch(FAST, out)
+    return out, _launch(FAST + [OWN_RNG], out)
+
+
+@pytest.fixture(scope="module")
+def matrix_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("matrix")
+    return out, _launch(MATRIX, out)
 
 
 @pytest.mark.parametrize("case", FAST, ids=lambda c: c.name)
@@ -95,22 +109,30 @@ def test_distributed_equals_loop(case, fast_run):
     _check(case, fast_run[0])
 
 
+def test_own_rng_streams_differ(fast_run):
+    """The 8-bit stochastic rounding is what the replayed RNG stream is for: without it, x differs."""
+    sim, _ = OWN_RNG.simulate()
+    got = [torch.load(fast_run[0] / f"{OWN_RNG.name}-{r}.pt")["x"] for r in range(N)]
+    assert max(float((x - sim.x[r]).abs().max()) for r, x in enumerate(got)) > 1e-4
+
+
 @pytest.mark.slow
-def test_distributed_equals_loop_matrix(tmp_path):
-    _launch(MATRIX, tmp_path)
-    for case in MATRIX:
-        _check(case, tmp_path)
+@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.name)
+def test_distributed_equals_loop_matrix(case, matrix_run):
+    _check(case, matrix_run[0])
 
 
-def test_dead_rank_fails_the_others(tmp_path):
-    """A rank that dies makes every other rank fail (non-zero exit) within the p2p timeout."""
+@pytest.mark.parametrize("hang", [False, True], ids=["dies", "hangs"])
+def test_dead_rank_fails_the_others(tmp_path, hang):
+    """A rank that dies (or hangs with its connections open) makes every other rank fail
+    (non-zero exit) within the p2p timeout instead of waiting forever."""
     timeout = 5.0
-    t0 = time.time()
-    codes = p2p.launch(die_at, FAST[0], 2, 2, str(tmp_path), world_size=N,
+    codes = p2p.launch(die_at, FAST[0], 2, 2, str(tmp_path), hang, world_size=N,
                        cfg=p2p.P2PCfg(timeout_s=timeout), join_s=60)
     assert codes[2] == 3 and all(c not in (0, None) for c in codes), codes
-    died = max(float((tmp_path / f"gave-up-{r}").read_text()) for r in range(N) if r != 2)
-    assert died - t0 < 60
+    died = float((tmp_path / "died").read_text())
+    gave_up = max(float((tmp_path / f"gave-up-{r}").read_text()) for r in range(N) if r != 2)
+    assert gave_up - died < timeout + 2.0
 
 
 # ----------------------------------------------------------------------------- no processes

@@ -19,6 +19,21 @@ z_i = x_i / u_i); only the gossip round differs in where the numbers come from:
 3. mix(...) with the received C(v_j), u_j and W's row i restricted to i and its in-neighbours: the
    same function the simulator runs on all n rows (the r = 1 receiver form of `algorithms.base`).
 
+Global RNG (loop_rng=True, CPU). The loop executor draws every node's 8-bit stochastic-rounding
+noise from the one global generator, node after node: node i's forward/backward starts after
+nodes 0..i-1 drew theirs, and all n models were built (n + 1 initialisations) before the first
+step. mt19937 cannot jump ahead, so a node replays those draws: it builds the n - 1 models it does
+not need, and at every step draws (without using) the noise of the i nodes before it and of the
+n - 1 - i after it, of the same sizes as its own (same model and batch shape; recorded once on a
+copy of its model, `quantizer.NOISE_LOG`, and checked at every step). Other global draws
+(dropout, GPU noise, vmap's) are not replayed, so it needs the loop executor for the node's own
+forward/backward. Costs (n - 1) times the noise draws of one node; loop_rng=False skips it (each
+process then draws its own noise from the same seed).
+
+Not an `engine.executor` name: `loop` and `batched` run the n nodes' forward/backward inside one
+Simulator (make_executor builds them there); this executor replaces the Simulator in each of n
+processes, so it is entered through `NodeProcess` (and `main` under torchrun or srun).
+
 Bytes sent are counted from the tensors that left the process; for float32 state they equal the
 simulator's exact byte metric (`compress.message_bytes`). The result equals the loop executor's
 row i up to float summation order in Σ_j W_ij y_j (one dot product of the row instead of the
@@ -33,17 +48,20 @@ MASTER_ADDR / MASTER_PORT exported).
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ...quant import quantizer
 from .. import p2p, wire
 from ..algorithms import ALGORITHMS, GossipCfg, Round
 from ..compress import COMPRESSORS, REGISTRY, CompressorCfg, uniform_draws
 from ..optim import OptimCfg
 from ..topology import GRAPHS, Topology
+from .executors import LoopExecutor
 from .simulator import EngineCfg, Simulator
 
 
@@ -53,7 +71,8 @@ class NodeProcess(Simulator):
 
     def __init__(self, make_model, *, topology: Topology, gossip: GossipCfg = GossipCfg(),
                  optim_cfg: OptimCfg = OptimCfg(), engine: EngineCfg = EngineCfg(),
-                 p2p_cfg: p2p.P2PCfg = p2p.P2PCfg(), loss_fn=F.cross_entropy, rank: int | None = None):
+                 p2p_cfg: p2p.P2PCfg = p2p.P2PCfg(), loss_fn=F.cross_entropy, rank: int | None = None,
+                 loop_rng: bool = True):
         self.rank = dist.get_rank() if rank is None else rank
         if dist.get_world_size() != topology.n:
             raise ValueError(f"{topology.n} nodes need {topology.n} processes, got {dist.get_world_size()}")
@@ -67,6 +86,8 @@ class NodeProcess(Simulator):
                         [b for b, j in enumerate(self.senders) if b and W[i, j] != 0]) for W in Ws]
         super().__init__(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg,
                          engine=engine, loss_fn=loss_fn)
+        if loop_rng and not isinstance(self.executor, LoopExecutor):
+            raise ValueError("loop_rng replays the loop executor's RNG stream: use the loop executor")
         if self.x.dtype != wire.WEIGHT_DTYPE:
             raise ValueError(f"the wire format carries float32 node state, got {self.x.dtype}")
         self.catch_up = self.algorithm.MESSAGE.catch_up(gossip)
@@ -75,6 +96,9 @@ class NodeProcess(Simulator):
         self._history: dict[int, torch.Tensor] = {}     # own packed messages a receiver may miss
         self._last_out = dict.fromkeys(self.receivers, -1)  # last round each out-edge was active
         self._last_in = dict.fromkeys(self.senders[1:], -1)
+        self.loop_rng, self._noise = loop_rng, None  # lane counts of one node's noise draws
+        for _ in range(self.n - 1 if loop_rng else 0):
+            make_model()  # the loop executor's other n - 1 models draw their initialisation
 
     def _rows(self) -> int:
         return 1
@@ -82,6 +106,34 @@ class NodeProcess(Simulator):
     def _init_algorithm(self):
         return self.algorithm.init_node(self.x, senders=len(self.senders) - 1, topology=self.topology,
                                         cfg=self.gossip_cfg, layout=self.layout)
+
+    def _loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.loop_rng:
+            return super()._loss_and_grad(xb, yb)
+        if self._noise is None:
+            self._noise = self._noise_sizes(xb, yb)
+        quantizer.replay_noise(self._noise * self.rank)  # nodes 0..i-1 draw first
+        quantizer.NOISE_LOG = drawn = []
+        try:
+            out = super()._loss_and_grad(xb, yb)
+        finally:
+            quantizer.NOISE_LOG = None
+        if drawn != self._noise:
+            raise RuntimeError("the noise draws of a forward/backward changed between steps; the "
+                               "loop executor's RNG stream cannot be replayed (use loop_rng=False)")
+        quantizer.replay_noise(self._noise * (self.n - 1 - self.rank))
+        return out
+
+    def _noise_sizes(self, xb: torch.Tensor, yb: torch.Tensor) -> list[int]:
+        """One node's noise draws in a forward/backward, on a copy of the model (RNG restored)."""
+        with torch.random.fork_rng(devices=[]):
+            module = copy.deepcopy(self.executor.reference_module()).train()
+            quantizer.NOISE_LOG = drawn = []
+            try:
+                self.executor.loss_fn(module(xb[0]), yb[0]).backward()
+            finally:
+                quantizer.NOISE_LOG = None
+        return drawn
 
     def _row(self, t: int) -> torch.Tensor:
         """W's row i over the senders at round t: (1, m)."""
