@@ -132,7 +132,8 @@ def test_dead_rank_fails_the_others(tmp_path, hang):
     assert codes[2] == 3 and all(c not in (0, None) for c in codes), codes
     died = float((tmp_path / "died").read_text())
     gave_up = max(float((tmp_path / f"gave-up-{r}").read_text()) for r in range(N) if r != 2)
-    assert gave_up - died < timeout + 2.0
+    # within the timeout plus scheduling slack (a loaded 2-core CI machine delays a process by seconds)
+    assert gave_up - died < timeout + 15.0
 
 
 # ----------------------------------------------------------------------------- no processes

@@ -67,17 +67,22 @@ def init(cfg: P2PCfg = P2PCfg()) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def exchange(sends: dict[int, torch.Tensor], recvs: dict[int, int], *, cfg: P2PCfg = P2PCfg(),
-             device: torch.device | str = "cpu") -> tuple[dict[int, torch.Tensor], int]:
+def exchange(sends: dict[int, torch.Tensor], recvs: dict[int, int], *,
+             timeout: datetime.timedelta | None = None, device: torch.device | str = "cpu"
+             ) -> tuple[dict[int, torch.Tensor], int]:
     """Send sends[peer] (1-D uint8) to each out-neighbour and receive recvs[peer] bytes from each
-    in-neighbour (into buffers on `device`). Returns the received buffers and the bytes sent
-    (numel·element_size of every tensor that left this process)."""
+    in-neighbour (into buffers on `device`), each wait bounded by `timeout` (None: the process
+    group's, from `init`). Returns the received buffers and the bytes sent (numel·element_size of
+    every tensor that left this process)."""
     got = {peer: torch.empty(n, dtype=torch.uint8, device=device) for peer, n in recvs.items()}
     ops = [dist.P2POp(dist.isend, buf.contiguous(), peer) for peer, buf in sends.items()]
     ops += [dist.P2POp(dist.irecv, buf, peer) for peer, buf in got.items()]
     if ops:
         for work in dist.batch_isend_irecv(ops):
-            work.wait(cfg.timeout)
+            if timeout is None:
+                work.wait()
+            else:
+                work.wait(timeout)
     return got, sum(b.numel() * b.element_size() for b in sends.values())
 
 

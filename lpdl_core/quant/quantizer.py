@@ -12,6 +12,8 @@ torch.func.vmap and never synchronises with the device.
 """
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,6 +89,27 @@ def replay_noise(sizes: list[int]) -> None:
     """Advance the global CPU generator exactly as the noise draws of these lane counts would."""
     for k in sizes:
         torch.empty((k + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)
+
+
+class NoiseStream:
+    """The global-RNG consumer of 8-bit stochastic rounding, as the distributed executor sees it
+    (lpdl_core.decentral.engine.distributed takes it as `noise`, so the decentralized layer never
+    imports the quantizer): record a forward/backward's draws, replay draws of the same sizes."""
+
+    def replay(self, sizes: list[int]) -> None:
+        replay_noise(sizes)
+
+    @contextlib.contextmanager
+    def record(self):
+        global NOISE_LOG
+        NOISE_LOG = drawn = []
+        try:
+            yield drawn
+        finally:
+            NOISE_LOG = None
+
+
+NOISE = NoiseStream()
 
 
 def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:

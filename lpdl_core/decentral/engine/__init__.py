@@ -1,7 +1,9 @@
-"""The n-node decentralized training simulator (one process, all nodes on one device)."""
+"""The n-node decentralized training simulator (one process, all nodes on one device), and the
+distributed executor (one process per node, `NodeProcess`)."""
+from .distributed import NodeProcess
 from .evaluate import Evaluation, evaluate
 from .executors import EXECUTORS, BatchedExecutor, LoopExecutor
 from .simulator import EngineCfg, Simulator, resolve_device
 
-__all__ = ["EXECUTORS", "BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor",
+__all__ = ["EXECUTORS", "BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor", "NodeProcess",
            "Simulator", "evaluate", "resolve_device"]

@@ -25,7 +25,9 @@ nodes 0..i-1 drew theirs, and all n models were built (n + 1 initialisations) be
 step. mt19937 cannot jump ahead, so a node replays those draws: it builds the n - 1 models it does
 not need, and at every step draws (without using) the noise of the i nodes before it and of the
 n - 1 - i after it, of the same sizes as its own (same model and batch shape; recorded once on a
-copy of its model, `quantizer.NOISE_LOG`, and checked at every step). Other global draws
+copy of its model through `noise`, and checked at every step). `noise` is the stream's owner,
+given from above (`lpdl_core.quant.quantizer.NOISE` for 8-bit models; None: nothing to replay but
+the initialisations), so this layer never imports the quantizer. Other global draws
 (dropout, GPU noise, vmap's) are not replayed, so it needs the loop executor for the node's own
 forward/backward. Costs (n - 1) times the noise draws of one node; loop_rng=False skips it (each
 process then draws its own noise from the same seed).
@@ -55,7 +57,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ...quant import quantizer
 from .. import p2p, wire
 from ..algorithms import ALGORITHMS, GossipCfg, Round
 from ..compress import COMPRESSORS, REGISTRY, CompressorCfg, uniform_draws
@@ -66,17 +67,21 @@ from .simulator import EngineCfg, Simulator
 
 
 class NodeProcess(Simulator):
-    """Node `rank` of `topology` in its own process (the process group must be initialized, one
-    rank per node). Its attributes are the simulator's with one row: x, u, z (1, d), ..."""
+    """Node `rank` (default: this process's rank) of `topology` in its own process; the process
+    group must be initialized (`p2p.init`), one rank per node. Its attributes are the
+    simulator's with one row: x, u, z (1, d), bytes_sent (1,), ... train_step, forward_round and
+    gossip_round take this node's batch (1, B, ...). timeout_s bounds each wait for a message
+    (None: the process group's timeout); loop_rng, noise (an object with replay(sizes) and a
+    record() context yielding the list of draw sizes): see the module docstring."""
 
     def __init__(self, make_model, *, topology: Topology, gossip: GossipCfg = GossipCfg(),
                  optim_cfg: OptimCfg = OptimCfg(), engine: EngineCfg = EngineCfg(),
-                 p2p_cfg: p2p.P2PCfg = p2p.P2PCfg(), loss_fn=F.cross_entropy, rank: int | None = None,
-                 loop_rng: bool = True):
+                 loss_fn=F.cross_entropy, rank: int | None = None, timeout_s: float | None = None,
+                 loop_rng: bool = True, noise=None):
         self.rank = dist.get_rank() if rank is None else rank
         if dist.get_world_size() != topology.n:
             raise ValueError(f"{topology.n} nodes need {topology.n} processes, got {dist.get_world_size()}")
-        self.p2p_cfg = p2p_cfg
+        self.timeout = None if timeout_s is None else p2p.P2PCfg(timeout_s=timeout_s).timeout
         Ws = [topology.W(t) for t in range(topology.period)]
         i, n = self.rank, topology.n
         # senders: this node, then every in-neighbour of the schedule (the replicas' rows)
@@ -96,43 +101,44 @@ class NodeProcess(Simulator):
         self._history: dict[int, torch.Tensor] = {}     # own packed messages a receiver may miss
         self._last_out = dict.fromkeys(self.receivers, -1)  # last round each out-edge was active
         self._last_in = dict.fromkeys(self.senders[1:], -1)
-        self.loop_rng, self._noise = loop_rng, None  # lane counts of one node's noise draws
+        self.loop_rng, self.noise, self._noise = loop_rng, noise, None  # lane counts of one node's draws
         for _ in range(self.n - 1 if loop_rng else 0):
             make_model()  # the loop executor's other n - 1 models draw their initialisation
 
     def _rows(self) -> int:
         return 1
 
+    @property
+    def average(self) -> torch.Tensor:
+        raise NotImplementedError("the averaged model needs every node's z: gather it across ranks")
+
+    def consensus_distance(self) -> float:
+        raise NotImplementedError("the consensus distance needs every node's z: gather it across ranks")
+
     def _init_algorithm(self):
         return self.algorithm.init_node(self.x, senders=len(self.senders) - 1, topology=self.topology,
                                         cfg=self.gossip_cfg, layout=self.layout)
 
     def _loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.loop_rng:
+        if not self.loop_rng or self.noise is None:
             return super()._loss_and_grad(xb, yb)
         if self._noise is None:
             self._noise = self._noise_sizes(xb, yb)
-        quantizer.replay_noise(self._noise * self.rank)  # nodes 0..i-1 draw first
-        quantizer.NOISE_LOG = drawn = []
-        try:
+        self.noise.replay(self._noise * self.rank)  # nodes 0..i-1 draw first
+        with self.noise.record() as drawn:
             out = super()._loss_and_grad(xb, yb)
-        finally:
-            quantizer.NOISE_LOG = None
         if drawn != self._noise:
             raise RuntimeError("the noise draws of a forward/backward changed between steps; the "
                                "loop executor's RNG stream cannot be replayed (use loop_rng=False)")
-        quantizer.replay_noise(self._noise * (self.n - 1 - self.rank))
+        self.noise.replay(self._noise * (self.n - 1 - self.rank))
         return out
 
     def _noise_sizes(self, xb: torch.Tensor, yb: torch.Tensor) -> list[int]:
         """One node's noise draws in a forward/backward, on a copy of the model (RNG restored)."""
         with torch.random.fork_rng(devices=[]):
             module = copy.deepcopy(self.executor.reference_module()).train()
-            quantizer.NOISE_LOG = drawn = []
-            try:
+            with self.noise.record() as drawn:
                 self.executor.loss_fn(module(xb[0]), yb[0]).backward()
-            finally:
-                quantizer.NOISE_LOG = None
         return drawn
 
     def _row(self, t: int) -> torch.Tensor:
@@ -164,7 +170,7 @@ class NodeProcess(Simulator):
         sends = {j: torch.cat([self._history[s] for s in range(first[j], t + 1)]) for j in outs}
         recvs = {self.senders[b]: self.size * (t - self._last_in[self.senders[b]] if self.catch_up else 1)
                  for b in ins}
-        got, nbytes = p2p.exchange(sends, recvs, cfg=self.p2p_cfg, device=self.x.device)
+        got, nbytes = p2p.exchange(sends, recvs, timeout=self.timeout, device=self.x.device)
         for j in outs:
             self._last_out[j] = t
         keep = min(self._last_out.values(), default=t) if self.catch_up else t
@@ -223,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     gossip = GossipCfg(algorithm=a.algorithm, eta=a.eta,
                        compressor=CompressorCfg(kind=a.compressor, ratio=a.ratio))
     engine = EngineCfg(device="cpu", seed=a.seed)
-    node = NodeProcess(_tiny_model, topology=topo, gossip=gossip, engine=engine,
-                       p2p_cfg=p2p.P2PCfg(timeout_s=a.timeout))
+    node = NodeProcess(_tiny_model, topology=topo, gossip=gossip, engine=engine)
     batches = _batches(a.steps, world, 8, a.seed)
     for xb, yb in batches:
         node.train_step(xb[rank:rank + 1], yb[rank:rank + 1], a.lr)
