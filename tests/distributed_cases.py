@@ -103,8 +103,9 @@ def run_cases(cases: list[Case], out_dir: str) -> None:
         r = node.rank
         for xb, yb in case.batches():
             node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
+        seconds = time.perf_counter() - t0
         torch.save({"x": node.x[0], "u": node.u[0], "bytes": float(node.bytes_sent[0]),
-                    "seconds": time.perf_counter() - t0},
+                    "average": node.average, "consensus": node.consensus_distance(), "seconds": seconds},
                    Path(out_dir) / f"{case.name}-{r}.pt")
 
 

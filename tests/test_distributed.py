@@ -77,6 +77,13 @@ def _check(case: Case, out: Path) -> None:
         got = torch.load(out / f"{case.name}-{r}.pt")
         assert got["bytes"] == float(sim.bytes_sent[r]) > 0, (case.name, r)
         torch.testing.assert_close(got["u"], sim.u[r], rtol=RTOL, atol=ATOL)
+        if case.gossip.compressor.kind != "minmax8":  # (8-bit messages: a few flipped levels, below)
+            # the evaluation's all-reduced z̄ and Ξ (another summation order than mean(0))
+            torch.testing.assert_close(got["average"], sim.average, rtol=RTOL, atol=ATOL)
+            # Ξ(z̄) is an RMS distance to z̄, so moving z̄ by δ moves Ξ by at most ||δ||₂, and
+            # ||δ||₂ <= sqrt(d) (ATOL + RTOL max|z̄|) by the elementwise bound just checked
+            bound = sim.average.numel() ** 0.5 * (ATOL + RTOL * float(sim.average.abs().max()))
+            assert abs(got["consensus"] - sim.consensus_distance()) <= bound, (case.name, r)
         x, ref = got["x"], sim.x[r]
         if case.gossip.compressor.kind == "minmax8":
             # a level of round t's grid is range(c_t)/255 <= 2·max|x_{t+1} - x_t|/255; allow 3

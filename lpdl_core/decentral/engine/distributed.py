@@ -39,8 +39,9 @@ processes, so it is entered through `NodeProcess` (and `main` under torchrun or 
 Bytes sent are counted from the tensors that left the process; for float32 state they equal the
 simulator's exact byte metric (`compress.message_bytes`). The result equals the loop executor's
 row i up to float summation order in Σ_j W_ij y_j (one dot product of the row instead of the
-(n, n) matmul): tests/test_distributed.py measures it. Checkpoints, evaluation of the averaged
-model and the training pipeline do not know this executor yet.
+(n, n) matmul): tests/test_distributed.py measures it. The averaged model z̄ and the consensus
+distance, for evaluation only, are all-reduced across the ranks. Checkpoints and the training
+pipeline do not know this executor yet.
 
 Run (4 ranks, a self-check against the loop simulator on a tiny model):
     torchrun --nproc-per-node 4 -m lpdl_core.decentral.engine.distributed --check
@@ -110,10 +111,17 @@ class NodeProcess(Simulator):
 
     @property
     def average(self) -> torch.Tensor:
-        raise NotImplementedError("the averaged model needs every node's z: gather it across ranks")
+        """z̄ = (1/n) Σ_i z_i, shape (d,), on every rank: one all-reduce (a collective of the whole
+        group, so every rank must ask at the same point; evaluation only, never part of gossip)."""
+        total = self.z[0].clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return total / self.n
 
     def consensus_distance(self) -> float:
-        raise NotImplementedError("the consensus distance needs every node's z: gather it across ranks")
+        """Ξ = sqrt((1/n) Σ_i ||z_i − z̄||²), the simulator's, from one more all-reduce of a scalar."""
+        sq = ((self.z[0] - self.average) ** 2).sum().reshape(1).to(torch.float64)
+        dist.all_reduce(sq, op=dist.ReduceOp.SUM)
+        return float((sq[0] / self.n).sqrt())
 
     def _init_algorithm(self):
         return self.algorithm.init_node(self.x, senders=len(self.senders) - 1, topology=self.topology,
