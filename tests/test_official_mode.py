@@ -5,6 +5,7 @@ import dataclasses
 import json
 
 import pytest
+from kill_helpers import Killed, kill_after_epoch
 import torch
 from report_inputs import CELLS
 from torch import nn
@@ -67,16 +68,10 @@ def test_official_training_resumes_bit_exactly(tmp_path):
     torch.manual_seed(0)
     full = train(small_lp_cnn, split, **kw)
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_epoch_1(ev):
-        if ev["event"] == "epoch" and ev["epoch"] == 1:
-            raise Killed
     ck = tmp_path / "ck.pt"
     torch.manual_seed(0)
     with pytest.raises(Killed):
-        train(small_lp_cnn, split, **kw, checkpoint=ck, progress=kill_after_epoch_1)
+        train(small_lp_cnn, split, **kw, checkpoint=ck, progress=kill_after_epoch(1))
     torch.manual_seed(123)  # the checkpoint restores the torch RNG, whatever it is now
     resumed = train(small_lp_cnn, split, **kw, checkpoint=ck)
     assert resumed.final == full.final and resumed.curve == full.curve

@@ -3,6 +3,7 @@ augmentation, host-resident data, a real-format CIFAR fixture, divergence report
 import dataclasses
 
 import pytest
+from kill_helpers import Killed, kill_after_epoch
 import torch
 from torch import nn
 
@@ -116,16 +117,9 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_path):
               run=RunCfg(epochs=3, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=2))
     full = train(small_cnn, split, **kw)
 
-    class Killed(Exception):
-        pass
-
-    def kill_after_epoch_1(ev):
-        if ev["event"] == "epoch" and ev["epoch"] == 1:
-            raise Killed
-
     ck = tmp_path / "ck.pt"
     with pytest.raises(Killed):
-        train(small_cnn, split, **kw, checkpoint=ck, progress=kill_after_epoch_1)
+        train(small_cnn, split, **kw, checkpoint=ck, progress=kill_after_epoch(1))
     assert ck.exists() and not list(tmp_path.glob(".*tmp"))
     events = []
     resumed = train(small_cnn, split, **kw, checkpoint=ck, progress=events.append)

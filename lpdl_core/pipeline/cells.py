@@ -235,11 +235,16 @@ def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
     return cells
 
 
-def cells_by_id(cells) -> dict[str, Cell]:
-    """{cell_id: cell}; raises on a duplicate id."""
-    out: dict[str, Cell] = {}
-    for c in cells:
+def by_cell_id(items, what: str = "cell") -> dict:
+    """{item.cell_id: item} for cells or anything keyed by a cell id; ConfigError on a duplicate."""
+    out: dict = {}
+    for c in items:
         if c.cell_id in out:
-            raise ConfigError(f"duplicate cell id {c.cell_id!r}")
+            raise ConfigError(f"duplicate {what} id {c.cell_id!r}")
         out[c.cell_id] = c
     return out
+
+
+def cells_by_id(cells) -> dict[str, Cell]:
+    """{cell_id: cell}; raises on a duplicate id."""
+    return by_cell_id(cells)

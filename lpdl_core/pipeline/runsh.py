@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from .cells import Cell
+from .cells import Cell, by_cell_id
 
 RUNSH_URL = "https://github.com/aparna-aketi/Low_Precision_DL/blob/main/run.sh"
 RUNSH_LINES = 28
@@ -98,16 +98,7 @@ OVERRIDES: tuple[RunshOverride, ...] = (
 )
 
 
-def _registry(overrides) -> dict[str, RunshOverride]:
-    out: dict[str, RunshOverride] = {}
-    for o in overrides:
-        if o.cell_id in out:
-            raise ValueError(f"two run.sh overrides for {o.cell_id}")
-        out[o.cell_id] = o
-    return out
-
-
-RUNSH_OVERRIDES: dict[str, RunshOverride] = _registry(OVERRIDES)
+RUNSH_OVERRIDES: dict[str, RunshOverride] = by_cell_id(OVERRIDES, "run.sh override")
 
 # run.sh line -> the paper cell it ran with exactly the paper's settings
 RUNSH_SAME: dict[int, str] = {

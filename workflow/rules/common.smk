@@ -14,12 +14,14 @@ def _fail(msg):
     sys.exit(1)
 
 
+SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text())
+
+
 def _checked_config(cfg):
     from lpdl_core.config import check_workflow_config
 
-    schema = yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text())
     try:
-        return check_workflow_config(cfg, schema)
+        return check_workflow_config(cfg, SCHEMA)
     except LpdlError as e:
         _fail(e)
 
@@ -42,7 +44,7 @@ _check_cluster_env()
 _cfg = _checked_config(config)
 config.clear()
 config.update(_cfg)
-for _key, _spec in yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text())["properties"].items():
+for _key, _spec in SCHEMA["properties"].items():
     if "default" in _spec:  # optional keys: the schema's default
         config.setdefault(_key, _spec["default"])
 

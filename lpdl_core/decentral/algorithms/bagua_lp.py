@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Message, Round, out_degree, residual
+from .base import GossipCfg, Message, Round, absorb_replica, out_degree, residual
 
 def _always(cfg: GossipCfg) -> bool:
     return True
@@ -63,11 +63,7 @@ def init_node(x: torch.Tensor, *, senders: int, topology, cfg: GossipCfg, layout
     return State(xhat=torch.cat([x] + [x] * senders))
 
 
-def absorb(state: State, row: int, c: torch.Tensor) -> State:
-    """Fold a missed c_j of sender `row` into this node's copy: x̂_j += c_j."""
-    xhat = state.xhat.clone()
-    xhat[row] += c
-    return state._replace(xhat=xhat)
+absorb = absorb_replica  # a missed message: x̂_j += its payload
 
 
 def outgoing(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, W: torch.Tensor,

@@ -120,3 +120,11 @@ def out_degree(W: torch.Tensor) -> torch.Tensor:
     """Messages each node sends this round: non-zero off-diagonal entries of its column."""
     nz = (W != 0).to(W.dtype)
     return nz.sum(0) - torch.diagonal(nz)
+
+
+def absorb_replica(state, row: int, c: torch.Tensor):
+    """A missed message of sender `row` folded into this node's replica of it: x̂_row += c (the
+    catch-up of algorithms whose receivers keep replicas, CHOCO and Bagua; `state` has `xhat`)."""
+    xhat = state.xhat.clone()
+    xhat[row] += c
+    return state._replace(xhat=xhat)

@@ -32,7 +32,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Message, Round, off_diagonal, out_degree, push_sum_weights
+from .base import GossipCfg, Message, Round, absorb_replica, off_diagonal, out_degree, push_sum_weights
 
 
 def _per_neighbour(cfg: GossipCfg) -> bool:
@@ -74,11 +74,7 @@ def init_node(x: torch.Tensor, *, senders: int, topology=None, cfg: GossipCfg,
     return State(xhat, None, None, None, None, aggregate)
 
 
-def absorb(state: State, row: int, c: torch.Tensor) -> State:
-    """Fold a missed q_j of sender `row` into this node's copy: x̂_j += q_j."""
-    xhat = state.xhat.clone()
-    xhat[row] += c
-    return state._replace(xhat=xhat)
+absorb = absorb_replica  # a missed message: x̂_j += its payload
 
 
 def outgoing(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, W: torch.Tensor,
