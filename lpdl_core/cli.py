@@ -19,6 +19,7 @@ log = logging.getLogger("lpdl.cli")
 # Upper bounds that stop absurd sizes before anything is allocated.
 MAX_NODES = {"topology": 1024, "partition": 1024, "demo": 64, "bench": 256}
 MAX_BATCH = 4096
+DEFAULT_TIMEOUT_S = 300.0  # == lpdl_core.pipeline.ranks.DEFAULT_TIMEOUT_S (torch-free copy; a test checks)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -66,6 +67,17 @@ def _unit(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0.0 <= v <= 1.0:
         raise argparse.ArgumentTypeError(f"{v} is outside [0, 1]")
+    return v
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds > 0")
     return v
 
 
@@ -221,6 +233,15 @@ def _cmd_train(a: argparse.Namespace) -> int:
                         "(e.g. results/mini/runs/{cell}/seed1234)")
     fidelity = _fidelity(a)
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
+    group = None
+    if a.executor == "distributed":
+        from .pipeline.ranks import Group, in_group
+
+        if not in_group():
+            return _launch_ranks(a, todo)
+        group = Group.join(a.executor, device=a.device, timeout_s=a.dist_timeout)
+        if group.rank != 0:  # rank 0 speaks for the run
+            log.setLevel(max(log.level, logging.WARNING))
     shared = same_runs(todo) if a.profile == "mini" else {}
     out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
     failed = []
@@ -229,19 +250,38 @@ def _cmd_train(a: argparse.Namespace) -> int:
             log.info("[%d/%d] %s", i, len(todo), cell.cell_id)
         try:
             if cell.cell_id in shared:
-                _share_one(a, cell, cells[shared[cell.cell_id]], out_of, fidelity)
+                if group is None or group.rank == 0:
+                    _share_one(a, cell, cells[shared[cell.cell_id]], out_of, fidelity)
+                if group is not None:
+                    group.barrier()
             else:
-                _train_one(a, cell, out_of(cell.cell_id), fidelity)
+                _train_one(a, cell, out_of(cell.cell_id), fidelity, group)
         except (LpdlError, ValueError, OSError) as e:
-            if len(todo) == 1:
+            if len(todo) == 1 or group is not None:  # a rank cannot go on alone: the job fails
                 raise
             failed.append(cell.cell_id)
             print(f"lpdl train: error: [{cell.cell_id}] {e}", file=sys.stderr, flush=True)
+    if group is not None:
+        group.leave()
     if failed:
         print(f"lpdl train: error: {len(failed)} of {len(todo)} cells failed: {', '.join(failed)}",
               file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _launch_ranks(a: argparse.Namespace, todo) -> int:
+    """`lpdl train --executor distributed` started by hand: the same command in n processes, one
+    per node, under torchrun (lpdl_core.pipeline.ranks); its exit status."""
+    from .pipeline.ranks import child_env, run_children, torchrun_argv
+
+    nodes = {c.nodes for c in todo}
+    if len(nodes) > 1:
+        raise LpdlError("the cells of one distributed launch must have the same number of nodes, got "
+                        + ", ".join(f"{c.cell_id} ({c.nodes})" for c in todo))
+    n = nodes.pop()
+    log.info("train: starting %d processes (one per node) with torchrun", n)
+    return run_children(torchrun_argv(n, a.argv), child_env(n))
 
 
 def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
@@ -253,7 +293,7 @@ def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
           f"(computed once) -> {out_of(cell.cell_id)}", flush=True)
 
 
-def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
+def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> None:
     import time
     from contextlib import nullcontext
 
@@ -299,10 +339,13 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity) -> None:
     try:
         with above_bar:
             m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
-                         executor=a.executor, data_root=a.data_root, progress=progress, offline=a.offline)
+                         executor=a.executor, data_root=a.data_root, progress=progress, offline=a.offline,
+                         group=group)
     finally:
         if bar is not None:
             bar.close()
+    if group is not None and group.rank != 0:
+        return
     f = m["final"]  # the cell's outcome: a result, on stdout
     if m["status"] == "ok":
         print(f"[{name}] ok: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
@@ -481,7 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     from .decentral.partition import KNOWN_CLASS_SIZES
 
     device = "where to compute: auto (CUDA when available), cpu or cuda"
-    executor = "how the n nodes' forward/backward passes run: loop (one node after another) or batched (same math)"
+    executor = ("how the n nodes run: loop (one node after another) or batched (vmap), both in this process, "
+                "or distributed (one process per node over torch.distributed); the same math")
     paper_dir = ("folder of cell tables (table1.csv, ..., fig1.csv); default: the paper's cells packaged "
                  "with lpdl")
     profile = "protocol: mini (embedded stand-ins, a laptop) or paper (the paper's); default: the folder's name"
@@ -532,7 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quiet", action="store_true", help="no progress bar (as lpdl -q)")
     d.set_defaults(func=_cmd_demo)
 
-    b = command("bench", "FP vs 8-bit step time of the n-node simulator (JSON)")
+    b = command("bench", "FP vs 8-bit step time of the n-node simulator, or of n processes with "
+                "--executor distributed (split into compute, compression and communication) (JSON)")
     b.add_argument("--model", choices=CNN_MODELS, default="resnet20", help="the model to time")
     b.add_argument("--dataset", choices=IMAGE_DATASETS, default=None,
                    help="the input size to build for (default: the model's own dataset)")
@@ -558,6 +603,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
     tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    tr.add_argument("--dist-timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                    help="distributed executor: bound on the rendezvous and on every wait for another rank "
+                         "(a dead or stuck rank fails the job after it; default %(default)g)")
     fid = tr.add_mutually_exclusive_group()
     fid.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
                      help="official-code behaviours: one preset (paper | official) or options, e.g. "
@@ -666,8 +714,9 @@ def _setup_logging(level: int = logging.INFO) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (a launcher passes them on)
     _setup_logging(args.log_level)
-    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "log_level")}
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "log_level", "argv")}
     log.debug("lpdl %s (python %s), command %s, options: %s", _version(), sys.version.split()[0], args.command,
               ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none")
     try:

@@ -40,7 +40,8 @@ COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")
-EXECUTORS = ("loop", "batched")        # how the n nodes' forward/backward runs (same math)
+EXECUTORS = ("loop", "batched", "distributed")  # loop/batched: all n nodes in one process (same math);
+#   distributed: one process per node over torch.distributed (lpdl_core.decentral.engine.distributed)
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
 CELLS_PER_JOB = ("block", "cell")      # mini: a block's cells of one precision per process; paper: one cell
 LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned

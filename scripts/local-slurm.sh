@@ -12,7 +12,7 @@
 #   2. writes /etc/slurm/slurm.conf and /etc/slurm/gres.conf, but ONLY when they are absent or
 #      carry this script's header line; a real cluster's config is never touched (exit 3).
 #      The config must live at /etc/slurm: the job-step plugin strips SLURM_CONF from jobs.
-#      One node (this host, all its CPUs, 90% of its memory, 2 fake GPUs backed by /dev/null-like
+#      One node (this host, all its CPUs but at least 8, 90% of its memory, 2 fake GPUs backed by /dev/null-like
 #      character devices), one partition `local`, MinJobAge=600 (so `squeue` can serve as the
 #      status command; there is no slurmdbd, hence no sacct history).
 #   3. starts slurmctld and slurmd as background daemons, records their PIDs in the state dir,
@@ -94,7 +94,9 @@ install_packages() {
 
 write_config() {
   local host=$1 cpus mem
-  cpus=$(nproc)
+  # at least 8 CPUs declared (slurmd accepts more than it finds: config_overrides), so that a
+  # distributed test job of 4 one-CPU tasks fits on a 2-core host; its tasks share the real cores
+  cpus=$(nproc); [ "$cpus" -ge 8 ] || cpus=8
   mem=$(awk '/^MemTotal:/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   [ "${mem:-0}" -ge 500 ] || mem=500
   mkdir -p "$CONF_DIR"
@@ -119,6 +121,7 @@ MailProg=/bin/true
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
+SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none

@@ -52,7 +52,7 @@ def test_help_shows_defaults_but_no_none_noise(capsys):
         main(["train", "--help"])
     assert e.value.code == 0
     text = " ".join(capsys.readouterr().out.split())  # unwrapped
-    assert "cpu or cuda (default: auto)" in text and "(same math) (default: loop)" in text
+    assert "cpu or cuda (default: auto)" in text and "the same math (default: loop)" in text
     assert "(default: mini)" in text and "default: None" not in text and "default: False" not in text
     assert "default: $LPDL_DATA or ./data" in text  # None: the help says what not giving it means
     for name, sub in _subparsers(build_parser()):

@@ -297,7 +297,11 @@ def test_simulator_message_bytes_follow_declaration(name, comp):
 
 # ----------------------------------------------------------------------------- executors
 def test_executors_registry_agrees_with_config():
-    assert EXECUTORS == tuple(executors_mod.REGISTRY) == config.EXECUTORS
+    """The in-process executors are the registry's; the config adds the one-process-per-node one."""
+    from lpdl_core.decentral.engine import distributed
+
+    assert EXECUTORS == tuple(executors_mod.REGISTRY)
+    assert config.EXECUTORS == EXECUTORS + (distributed.NAME,)
     assert all(cls.name == k for k, cls in executors_mod.REGISTRY.items())
 
 
@@ -319,7 +323,7 @@ SWITCH = re.compile(rf"""(==|!=|\bin\b)\s*[(\[{{]?\s*["']({NAMES})["']"""  # x =
 
 def _core_sources():
     root = Path(lpdl_core.__file__).parent / "decentral"
-    return [root / "compress.py", *sorted((root / "engine").glob("*.py"))]
+    return [root / "compress.py", root / "compressors.py", *sorted((root / "engine").glob("*.py"))]
 
 
 def test_no_kind_or_algorithm_switches_in_core():

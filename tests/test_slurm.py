@@ -167,27 +167,31 @@ def slurm_cluster():
 
 
 
-def _small_paper_dir(dst: Path, n: int = 2) -> None:
-    """A paper dir whose table3 holds only its first n cells (same header and validation). The other
-    tables are copied whole: the workflow only reads table3 (tables=[table3]), but `lpdl train`
-    may read every table of the paper dir to find its cell."""
+def _small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | None = None) -> None:
+    """A paper dir whose `table` holds only its first n cells, or only `cell` (same header and
+    validation). The other tables are copied whole: the workflow only reads `table`
+    (tables=[table]), but `lpdl train` may read every table of the paper dir to find its cell."""
+    from lpdl_core.pipeline.cells import load_cells
+
     dst.mkdir(parents=True)
+    ids = [c.cell_id for c in load_cells(None, tables=[table])]
     for src in PAPER_DIR.glob("*.csv"):
         lines = src.read_text().splitlines()
-        (dst / src.name).write_text("\n".join(lines[: 1 + n] if src.name == "table3.csv" else lines) + "\n")
+        if src.name == f"{table}.csv":
+            rows = lines[1:1 + n] if cell is None else [lines[1 + ids.index(cell)]]
+            lines = lines[:1] + rows
+        (dst / src.name).write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.slow
-def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path):
-    repo = copy_repo(tmp_path / "repo")
-    _small_paper_dir(repo / "small")
+def _snakemake_slurm(repo: Path, tmp_path: Path, *config: str) -> tuple[str, float]:
+    """`snakemake --profile slurm-test --config ...` in repo to its end (killed and its jobs
+    cancelled after RUN_TIMEOUT): its output and wall seconds; asserts exit 0."""
     prefix = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())["slurm-jobname-prefix"] + "_"
     out_log = tmp_path / "snakemake.out"
     t0 = time.time()
     with open(out_log, "w") as out:
-        proc = subprocess.Popen([SNAKEMAKE, "--profile", str(TEST_PROFILE), "--config", "paper_dir=small",
-                                 "tables=[table3]"], cwd=repo, env=ENV, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen([SNAKEMAKE, "--profile", str(TEST_PROFILE), "--config", *config], cwd=repo, env=ENV,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
             rc = proc.wait(timeout=RUN_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -197,10 +201,18 @@ def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 _scancel_prefix(prefix)
-    elapsed = time.time() - t0
     text = out_log.read_text()
     assert rc is not None, f"SLURM run exceeded {RUN_TIMEOUT}s (jobs cancelled):\n{text[-4000:]}"
     assert rc == 0, text[-4000:]
+    return text, time.time() - t0
+
+
+@pytest.mark.slow
+def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path):
+    repo = copy_repo(tmp_path / "repo")
+    _small_paper_dir(repo / "small")
+    prefix = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())["slurm-jobname-prefix"] + "_"
+    text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table3]")
 
     # the jobs really went through SLURM: submitted, logged by SLURM, and known to the controller
     jobids = re.findall(r"has been submitted with SLURM jobid (\d+)", text)
@@ -233,3 +245,36 @@ def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path
     assert len(table) == 3 and not any(",missing," in l for l in table)
     assert "2 of 2 cells with results" in (repo / "results/mini/logs/report.log").read_text()
     print(f"SLURM run of 2 cells + aggregate + report: {elapsed:.0f}s")
+
+
+@pytest.mark.slow
+def test_a_distributed_cell_runs_as_one_slurm_job_of_n_tasks(slurm_cluster, tmp_path):
+    """`executor: distributed`: the 4-node cell's train job is one SLURM job of 4 tasks (srun starts
+    one rank per task, env:// rendezvous), and its result equals a local loop run of the cell."""
+    cell = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"
+    repo = copy_repo(tmp_path / "repo")
+    _small_paper_dir(repo / "small", table="table4", cell=cell)
+    text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table4]", "executor=distributed",
+                                     "dist_timeout=120")
+    train_ids = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: [^)]*rule_train", text)
+    if not train_ids:  # the plugin's line without the log path: find the train job by its log
+        train_ids = [p.stem for p in (repo / "results/slurm-logs").rglob("*.log") if "rule_train" in str(p)]
+    assert len(train_ids) == 1, text[-4000:]
+    q = subprocess.run(["squeue", "-h", "-t", "all", "-j", train_ids[0], "-o", "%T %D %C"],
+                       capture_output=True, text=True, timeout=30)
+    state, _nodes, cpus = q.stdout.split()
+    assert state == "COMPLETED" and int(cpus) >= 4, q.stdout  # 4 tasks of one CPU each
+    run = repo / f"results/mini/runs/{cell}/seed1234/metrics.json"
+    got = json.loads(run.read_text())
+    assert got["executor"] == "distributed" and got["config"]["processes"] == 4
+    assert [s["rank"] for s in got["step_split"]] == [0, 1, 2, 3]
+    ref_dir = tmp_path / "ref"
+    subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--cell", cell, "--out", str(ref_dir),
+                    "--paper-dir", str(repo / "small"), "--device", "cpu"], check=True,
+                   env={**ENV, "OMP_NUM_THREADS": "1"}, capture_output=True, timeout=600, cwd=repo)
+    ref = json.loads((ref_dir / "metrics.json").read_text())
+    one_sample = 100 / 360 + 1e-4  # the tolerance of tests/test_distributed_train.py
+    for a, b in zip(got["final"]["node_acc"], ref["final"]["node_acc"]):
+        assert abs(a - b) <= one_sample
+    assert got["bytes_per_node"] == ref["bytes_per_node"]
+    print(f"SLURM run of one distributed cell (4 tasks) + aggregate + report: {elapsed:.0f}s")

@@ -27,8 +27,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .compress import (REGISTRY, CompressorCfg, index_bytes, kept_count, kept_indices, minmax_levels,
-                       qsgd_levels, qsgd_value)
+from .compress import REGISTRY, CompressorCfg
+from .compressors import index_bytes, kept_count, kept_indices, minmax_levels, qsgd_levels, qsgd_value
 from .layout import Layout
 
 WEIGHT_DTYPE = torch.float32  # the push-sum weight u_j on the wire (4 bytes, as the byte metric)

@@ -28,6 +28,7 @@ from ..training.train import RunCfg, train
 from .cells import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .runsh import as_runsh
+from .ranks import Group
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
 PROFILES = ("mini", "paper")
@@ -133,10 +134,12 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
              fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
              data_root: str | None = None, progress: Callable[[dict], None] | None = None,
-             offline: bool = False) -> dict:
+             offline: bool = False, group: Group | None = None) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
     partition.csv}. metrics.json is written last, so its presence means the cell is complete.
     offline: download nothing (the workflow's jobs; `lpdl prefetch` fetched the data beforehand).
+    executor "distributed": this process is one of the cell's n ranks (`group`, joined if not
+    given: lpdl_core.pipeline.ranks); rank 0 checks and writes the run folder.
 
     A finished run in out_dir is returned only if it is this run (same cell, seed, profile,
     defining settings and fidelity); anything else is a RunMismatch or CorruptFile naming the
@@ -153,14 +156,24 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     seed = cell.seed if seed is None else seed
     identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity)
-    if (out / "metrics.json").exists():
-        return read_run_metrics(out / "metrics.json", identity)
-    check_writable_dir(out, "run folder")
-    source = restore_kept(out, identity)
-    if source is not None:
+    group = group or Group.join(executor, device=device)
+    if group.distributed and group.world != cell.nodes:
+        raise ConfigError(f"{cell.cell_id} has {cell.nodes} nodes but runs on {group.world} processes")
+
+    def finished() -> dict | None:
+        if (out / "metrics.json").exists():
+            return read_run_metrics(out / "metrics.json", identity)
+        check_writable_dir(out, "run folder")
+        source = restore_kept(out, identity)
+        if source is None:
+            return None
         if progress is not None:
             progress({"event": "restored", "source": str(source)})
         return read_run_metrics(out / "metrics.json", identity)
+
+    done = group.first(finished)
+    if done is not None:
+        return done
     resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
     split = load_dataset(plan.dataset, offline=offline, **plan.dataset_kwargs)
@@ -172,10 +185,19 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
               "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
               "fidelity": fidelity.as_dict(), "executor": executor, "device_requested": device,
               "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
-    save_run(result, out, config=config, class_names=split.class_names, identity=identity)
-    keep_run(out, identity)
-    ckpt.unlink(missing_ok=True)
-    return read_run_metrics(out / "metrics.json", identity)
+    if group.distributed:
+        config["processes"] = group.world
+
+    def write() -> dict:
+        save_run(result, out, config=config, class_names=split.class_names, identity=identity)
+        keep_run(out, identity)
+        for path in out.glob("checkpoint*.pt*"):  # this run's, every rank's (not the set-aside ones)
+            if path.name.endswith((".pt", ".pt.prev")):
+                path.unlink(missing_ok=True)
+        return read_run_metrics(out / "metrics.json", identity)
+
+    group.barrier()  # every rank has finished (and saved its last checkpoint)
+    return group.first(write)
 
 
 def share_run(cell: Cell, primary: Cell, primary_dir: str | Path, out_dir: str | Path, profile: str = "mini", *,

@@ -12,7 +12,8 @@ executor, for each measured model. A cell's job time is
 with model' = the model itself when measured, else the reference model; M = forward MACs per
 sample (per `model@dataset` where the input size depends on the dataset; counted by
 lpdl_core.training.cost on the real model). The loop executor's step grows linearly with the
-nodes; scaling an unmeasured model by its MACs from a launch-bound small model over-estimates,
+nodes; the distributed executor, unless measured itself, takes the loop executor's time of one
+node (each node has its own process and GPU; the wire time is not in it). Scaling an unmeasured model by its MACs from a launch-bound small model over-estimates,
 which is the safe side for a time limit. The request is
 `min(max_minutes, startup + margin * sum_cells T)`; a job that needs more than the cap is cut at
 the limit and its retry resumes from the cell's checkpoint (saved every epoch), so no attempt asks
@@ -76,10 +77,15 @@ class StepTimes:
         """Seconds of one step of the cell (all its nodes), from the closest measurement."""
         model = cell.model if cell.model in self.measured else self.ref_model
         by_exec = self.measured[model].get(cell.precision, {})
+        nodes = cell.nodes
+        if executor == "distributed" and executor not in by_exec and "loop" in by_exec:
+            # one node per process and GPU: the loop executor's time of one node (the gossip's
+            # wire time is not in it: measure the distributed executor to include it)
+            executor, nodes = "loop", 1
         if executor not in by_exec:
             raise ConfigError(f"step times: no {cell.precision} {executor} measurement for {model}; "
                               f"measured: {sorted(by_exec)}")
-        t = by_exec[executor] * cell.nodes / self.ref_nodes
+        t = by_exec[executor] * nodes / self.ref_nodes
         if model != cell.model:
             macs = self._macs(cell.model, cell.dataset) * cell.batch_per_node
             t *= max(1.0, macs / (self._macs(model) * self.ref_batch))

@@ -1,4 +1,5 @@
-"""Step-time benchmark of the n-node simulator: full precision vs 8-bit training.
+"""Step-time benchmark of the n-node simulator: full precision vs 8-bit training (the distributed
+executor, one process per node with the time split by phase: lpdl_core.training.bench_dist).
 
 A step is one training iteration of all n nodes (forward, backward, local SGD step and one
 uncompressed gossip round) on random inputs of the model's size; data loading and evaluation are
@@ -55,6 +56,14 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                  "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
+    if executor == "distributed":  # n processes, each step split into compute / compression / communication
+        from .bench_dist import bench_distributed
+
+        dist = bench_distributed(model=model, nodes=nodes, batch=batch, steps=steps, warmup=warmup,
+                                 device=device, dataset=dataset, precisions=precisions)
+        out.update(dist, threads=dist["threads_per_rank"], device=dist.pop("device_kind"))
+        _ratio(out)
+        return out
     sims, times = {}, {}
     gen = torch.Generator().manual_seed(0)
     for precision in precisions:
@@ -80,10 +89,15 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         out["results"][precision] = {"median_s": statistics.median(ts), "min_s": min(ts),
                                      "mean_s": statistics.fmean(ts), "per_node_median_s":
                                      statistics.median(ts) / nodes, "params": sims[precision].layout.d}
+    _ratio(out)
+    return out
+
+
+def _ratio(out: dict) -> None:
+    """LP/FP of the medians, beside the target (ResNet-20, batch 32 per node, 2-core CPU; official
+    code: 2.3-2.75)."""
     if "fp32" in out["results"] and "int8" in out["results"]:
         ratio = out["results"]["int8"]["median_s"] / out["results"]["fp32"]["median_s"]
         out["lp_over_fp"] = ratio
-        # Issue target for ResNet-20, batch 32 per node, 2-core CPU; official code: 2.3-2.75.
         out["target_lp_over_fp"] = LP_OVER_FP_TARGET
         out["meets_target"] = ratio <= LP_OVER_FP_TARGET
-    return out

@@ -7,8 +7,7 @@ import itertools
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 import numpy as np
@@ -19,10 +18,11 @@ from ..data.augment import augment_batch
 from ..data.base import DataSplit
 from ..data.sampler import NodeSampler
 from ..decentral.algorithms.base import GossipCfg
-from ..decentral.engine import EngineCfg, Simulator, evaluate
+from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms, skew_partition
 from ..decentral.topology import Topology
+from .checkpoint import Checkpoints
 from .schedule import ScheduleCfg, lr_at, lr_at_step
 
 
@@ -82,55 +82,7 @@ class RunResult:
     executor: str
     device: str
     diverged_at: dict | None = None
-
-
-def _save_checkpoint(path: Path, state: dict) -> None:
-    """Atomic: a kill -9 mid-write leaves the previous checkpoint intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _resume(path: Path, fingerprint: str, sim: Simulator, aug_gen: torch.Generator,
-            epochs: int) -> tuple[tuple[list, int, float] | None, str]:
-    """Load a checkpoint of this run into sim and the RNGs: ((curve, next epoch, elapsed), "")
-    or (None, why it cannot be used). Any failure counts: a truncated, random or edited file."""
-    try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001  (zip, pickle, EOF, unicode, ... errors alike)
-        return None, f"unreadable ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
-    if not isinstance(ck, dict) or "fingerprint" not in ck:
-        return None, "not an lpdl checkpoint"
-    if ck["fingerprint"] != fingerprint:
-        return None, "written for other settings of this run"
-    try:
-        epoch = int(ck["epoch"])
-        curve = list(ck["curve"])
-        if not 0 <= epoch < epochs or len(curve) != epoch + 1:
-            return None, f"inconsistent (epoch {epoch}, {len(curve)} curve rows)"
-        sim.load_state_dict(ck["sim"])
-        torch.set_rng_state(ck["torch_rng"])
-        if sim.device.type == "cuda" and ck.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(ck["cuda_rng"], sim.device)
-        aug_gen.set_state(ck["aug_gen"])
-        return (curve, epoch + 1, float(ck["elapsed"])), ""
-    except Exception as e:  # noqa: BLE001
-        return None, f"inconsistent ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
-
-
-def _set_aside(path: Path, tag: str) -> Path:
-    """Rename path to <name>.<tag>-<UTC time> beside it (kept, never deleted)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    aside = path.with_name(f"{path.name}.{tag}-{stamp}")
-    n = 1
-    while aside.exists():
-        aside, n = path.with_name(f"{path.name}.{tag}-{stamp}.{n}"), n + 1
-    os.replace(path, aside)
-    return aside
+    step_split: list[dict] | None = None  # distributed: each rank's seconds per step by phase
 
 
 def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
@@ -140,18 +92,30 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     """Train n nodes on `split`. The whole dataset moves to the training device once (images as
     uint8); each step augments and normalizes the node-stacked batch there.
 
+    engine.executor "distributed": this process is one rank of a torch.distributed group of n
+    (lpdl_core.decentral.p2p.init) and trains node `rank` only (`NodeProcess`). Every rank draws
+    the whole node-stacked batch and its augmentation from the same generators, as one process
+    would, and trains on its own row, so the run equals the loop executor's; metrics come from
+    collectives, and every rank returns the same result but its own wall time.
+
     checkpoint: a file written after every epoch (atomically) with all state, every RNG
-    included; if it exists when train() starts, training resumes after its epoch, so on CPU a
-    resumed run ends with exactly the metrics of an uninterrupted one. A checkpoint that cannot
-    be used (truncated, random bytes, other settings) is renamed aside, never deleted, with a
-    "checkpoint-set-aside" progress event, and the run starts from scratch.
+    included (one per rank for a distributed run: lpdl_core.training.checkpoint); if it exists
+    when train() starts, training resumes after its epoch, so on CPU a resumed run ends with
+    exactly the metrics of an uninterrupted one. A checkpoint that cannot be used (truncated,
+    random bytes, other settings) is renamed aside, never deleted, with a "checkpoint-set-aside"
+    progress event, and the run starts from scratch.
     """
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
     parts = skew_partition(labels, topology.n, run.skew, seed=run.partition_seed)
     hist = histograms(parts, labels, num_classes=split.num_classes)
     def fresh() -> tuple[Simulator, torch.Generator]:
-        s = Simulator(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
+        kw = dict(topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
+        if engine.executor == "distributed":
+            from ..quant.quantizer import NOISE  # the 8-bit noise stream each rank replays
+            s = NodeProcess(make_model, noise=NOISE, **kw)
+        else:
+            s = Simulator(make_model, **kw)
         return s, torch.Generator(device=s.device).manual_seed(run.partition_seed + 2)
 
     sim, aug_gen = fresh()
@@ -178,15 +142,12 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     start_epoch, elapsed_before = 0, 0.0
     # What the checkpoint must match: the same run of the same cell (frozen dataclass reprs are stable).
     fingerprint = repr((split.name, len(split.x_train), topology, gossip, optim_cfg, run, sim.layout.d))
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    if ckpt is not None and ckpt.exists():
-        resumed, why = _resume(ckpt, fingerprint, sim, aug_gen, run.epochs)
-        if resumed is None:  # unusable: keep it for inspection, start this run from scratch
-            aside = _set_aside(ckpt, "corrupt" if why.startswith("unreadable") else "unusable")
-            sim, aug_gen = fresh()
-            if progress is not None:
-                progress({"event": "checkpoint-set-aside", "path": str(ckpt), "moved_to": str(aside),
-                          "reason": why})
+    ckpt = Checkpoints(checkpoint, sim) if checkpoint is not None else None
+    if ckpt is not None:
+        resumed = ckpt.resume(fingerprint, run.epochs, sim, aug_gen, progress)
+        if resumed is None:  # nothing usable: this run starts from scratch
+            if ckpt.dirty:  # half-restored
+                sim, aug_gen = fresh()
         else:
             curve, start_epoch, elapsed_before = resumed
             if progress is not None:
@@ -194,14 +155,14 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     for epoch in range(start_epoch, run.epochs):
         per_step, total = run.schedule.per_step, run.epochs * sampler.iters_per_epoch
         lr = lr_at(epoch, run.lr, run.schedule) if not per_step else None
-        loss_sum = torch.zeros(topology.n, device=dev)
+        loss_sum = torch.zeros(sim.x.shape[0], device=dev)
         for it, idx in enumerate(sampler.epoch(epoch)):
             if per_step:
                 lr = lr_at_step(epoch * sampler.iters_per_epoch + it, total, run.lr, run.schedule)
             xb, yb = batch(idx)
-            losses = sim.train_step(to_train(xb), yb, lr)
+            losses = sim.train_step(to_train(xb)[sim.rows], yb[sim.rows], lr)
             loss_sum += losses
-            if not torch.isfinite(losses).all():
+            if not sim.all_finite(losses):
                 status, diverged_at = "diverged", {"epoch": epoch, "iteration": it}
                 break
             if progress is not None:
@@ -211,31 +172,32 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
             break
         k = run.curve_eval_samples or len(x_te)
         ev = evaluate(sim, x_te[:k], y_te[:k].to(dev), transform=to_test)
-        row = {"epoch": epoch, "lr": lr, "train_loss": float(loss_sum.mean()) / sampler.iters_per_epoch,
+        row = {"epoch": epoch, "lr": lr, "train_loss": sim.node_mean(loss_sum) / sampler.iters_per_epoch,
                "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
                "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
-               "bytes_per_node": float(sim.bytes_sent.mean())}
+               "bytes_per_node": sim.node_mean(sim.bytes_sent)}
         curve.append(row)
         if ckpt is not None:
-            _save_checkpoint(ckpt, {
+            ckpt.save({
                 "fingerprint": fingerprint, "epoch": epoch, "curve": curve, "sim": sim.state_dict(),
                 "torch_rng": torch.get_rng_state(), "aug_gen": aug_gen.get_state(),
                 "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
                 "elapsed": elapsed_before + time.perf_counter() - t0})
         if progress is not None:
             progress({"event": "epoch", **row, "epochs": run.epochs})
+    phase_split = sim.step_splits()  # the training steps' (before the final rounds)
     # the final rounds' batches continue the sampler's stream past the last epoch
     final_batches = itertools.chain.from_iterable(sampler.epoch(e) for e in itertools.count(run.epochs))
     for _ in range(run.final_gossip_rounds if status == "ok" else 0):
         if run.final_rounds == "train-forward":
             xb, yb = batch(next(final_batches))
-            sim.forward_round(to_train(xb), yb)
+            sim.forward_round(to_train(xb)[sim.rows], yb[sim.rows])
         else:
             sim.gossip_round()
     final = evaluate(sim, x_te, y_te.to(dev), transform=to_test).as_dict()
     if not math.isfinite(final["mean_loss"]) and status == "ok":
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,
-                     bytes_per_node=float(sim.bytes_sent.mean()), partition=hist,
-                     wall_time_s=elapsed_before + time.perf_counter() - t0, executor=sim.executor.name,
-                     device=str(dev), diverged_at=diverged_at)
+                     bytes_per_node=sim.node_mean(sim.bytes_sent), partition=hist,
+                     wall_time_s=elapsed_before + time.perf_counter() - t0, executor=engine.executor,
+                     device=str(dev), diverged_at=diverged_at, step_split=phase_split)

@@ -152,17 +152,44 @@ def gres(gpus: int):
     return f"gpu:{gpus}" if GPU_REQUEST == "gres" and gpus else None
 
 
+DISTRIBUTED = config["executor"] == "distributed"
+
+
+def job_nodes(job) -> int:
+    """The node count of the job's cells (a job's cells share one: a block's)."""
+    nodes = {CELL_BY_ID[c].nodes for c in job.cells}
+    if len(nodes) != 1:
+        _fail(f"job {job.name} mixes cells of {sorted(nodes)} nodes")
+    return nodes.pop()
+
+
+def processes(job) -> int:
+    """Processes of the job: one per node with the distributed executor, else one."""
+    return job_nodes(job) if DISTRIBUTED else 1
+
+
+def task_resources(job) -> dict:
+    """The distributed executor's SLURM job of n tasks, one per node (`srun -n n` in the train
+    script; one GPU per task where the job asks for GPUs). Nothing for one process."""
+    n = processes(job)
+    if n == 1:
+        return {}
+    return {"mpi": "srun", "tasks": n, **({"tasks_per_gpu": 1} if PROFILE == "paper" else {})}
+
+
 def train_resources(job):
     """Per-job resources: tiny in the mini profile; in the paper profile the runtime comes from the
-    measured step times (lpdl_core.pipeline.runtime.job_runtime), the memory by model size."""
+    measured step times (lpdl_core.pipeline.runtime.job_runtime), the memory by model size. The
+    distributed executor asks for memory and GPUs per process."""
     cells = [CELL_BY_ID[c] for c in job.cells]
+    n = processes(job)
     if PROFILE == "mini":
-        return {"mem_mb": 3000, "runtime": 10 + MINI_CELL_MINUTES * len(cells), "gpu": 0}
+        return {"mem_mb": 3000 * n, "runtime": 10 + MINI_CELL_MINUTES * len(cells), "gpu": 0}
     from lpdl_core.pipeline.runtime import job_runtime
 
     req = job_runtime(cells, STEP_TIMES, executor=config["executor"], margin=config["runtime_margin"],
                       max_minutes=config["max_runtime"])
-    return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells), "runtime": req.minutes, "gpu": 1}
+    return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) * n, "runtime": req.minutes, "gpu": n}
 
 
 def _warn_long_jobs():

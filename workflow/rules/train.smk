@@ -4,6 +4,8 @@
 #
 # A job reruns only when what defines one of its runs changes (params.identity: each cell's
 # columns, seed, profile, fidelity); device, executor, threads and paths are not part of it.
+# With `executor: distributed` a job runs one process per node: torchrun on this host, or one
+# SLURM job of n tasks (`srun -n n`) under the slurm profile (task_resources, common.smk).
 # {results} is the fidelity mode's folder (results/mini, results/mini-official): the mode's
 # fidelity reaches the job as typed JSON.
 # Each cell resumes from its checkpoint.pt (not a declared output, so it survives a failed or
@@ -41,6 +43,8 @@ for _job in JOBS:
             # GPUs as sbatch --gpus=N (gpu) or, where a site wants it, --gres=gpu:N (config gpu_request)
             gpu=lambda wc, job=_job: 0 if GPU_REQUEST == "gres" else train_resources(job)["gpu"],
             gres=lambda wc, job=_job: gres(train_resources(job)["gpu"]),
+            # executor distributed: one SLURM job of n tasks (mpi, tasks; the script runs srun)
+            **task_resources(_job),
         conda:
             "../envs/train.yaml"
         script:

@@ -4,7 +4,8 @@ OMP_NUM_THREADS is set before torch loads), with its stdout and stderr in the jo
 What defines the runs reaches the job through params (the cells, the mode's fidelity as typed JSON;
 params.identity reruns a job when one of its runs changes). How the job runs (device, executor,
 data root, paper-table folder, threads) comes from the config, so changing it, or the spelling of a
-path, never reruns a finished cell. The job runs offline (--offline, HF_HUB_OFFLINE=1): the
+path, never reruns a finished cell. With `executor: distributed` the job runs one process per node
+(torchrun started by `lpdl train`, or srun in a SLURM job of n tasks). The job runs offline (--offline, HF_HUB_OFFLINE=1): the
 download rule fetched and verified its data and pretrained weights beforehand."""
 import os
 import sys
@@ -17,6 +18,17 @@ argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells
         *(("--data-root", cfg["data_root"]) if cfg["data_root"] else ()), "--fidelity-json", sm.params.fidelity,
         "--offline"]
 os.environ["OMP_NUM_THREADS"] = str(sm.threads)
+if cfg["executor"] == "distributed":
+    # one process per node: `lpdl train` starts them with torchrun on this host, or, in a SLURM job
+    # of n tasks (the slurm profile; resources mpi/tasks), srun starts one per task here
+    argv += ["--dist-timeout", str(cfg.get("dist_timeout", 300))]
+    tasks = int(sm.resources.get("tasks", 1) or 1)
+    if tasks > 1 and "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) >= tasks:
+        from lpdl_core.pipeline.ranks import slurm_master_env
+
+        os.environ.update(slurm_master_env())
+        os.environ["OMP_NUM_THREADS"] = str(max(1, int(os.environ.get("SLURM_CPUS_PER_TASK", "1"))))
+        argv = ["srun", f"--ntasks={tasks}", "--kill-on-bad-exit=1", *argv]
 # No train job downloads anything: the download rule fetched and verified it all (lpdl prefetch).
 # Hub access off for huggingface_hub, transformers and datasets (lpdl_core.pipeline.prefetch.OFFLINE_ENV).
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
@@ -25,4 +37,4 @@ sys.stdout.flush()
 sys.stderr.flush()
 os.dup2(log, 1)
 os.dup2(log, 2)
-os.execv(sys.executable, argv)  # the job's process becomes the training run (signals reach it directly)
+os.execvp(argv[0], argv)  # the job's process becomes the training run (signals reach it directly)

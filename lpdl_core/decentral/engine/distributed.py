@@ -43,28 +43,32 @@ row i up to float summation order in Σ_j W_ij y_j (one dot product of the row i
 distance, for evaluation only, are all-reduced across the ranks. Checkpoints and the training
 pipeline do not know this executor yet.
 
-Run (4 ranks, a self-check against the loop simulator on a tiny model):
-    torchrun --nproc-per-node 4 -m lpdl_core.decentral.engine.distributed --check
-or under SLURM: srun -n 4 python -m lpdl_core.decentral.engine.distributed --check (with
-MASTER_ADDR / MASTER_PORT exported).
+A self-check of a cluster's setup (4 ranks against the loop simulator on a tiny model):
+    torchrun --nproc-per-node 4 -m lpdl_core.decentral.engine.selfcheck
+(`lpdl_core.decentral.engine.selfcheck`); training runs use it through `lpdl train --executor
+distributed` (lpdl_core.training.train).
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import sys
+import time
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from .. import p2p, wire
-from ..algorithms import ALGORITHMS, GossipCfg, Round
-from ..compress import COMPRESSORS, REGISTRY, CompressorCfg, uniform_draws
+from ..algorithms import GossipCfg, Round
+from ..compress import REGISTRY, uniform_draws
 from ..optim import OptimCfg
-from ..topology import GRAPHS, Topology
+from ..topology import Topology
 from .executors import LoopExecutor
 from .simulator import EngineCfg, Simulator
+
+
+NAME = "distributed"  # its name in lpdl_core.config.EXECUTORS
+PHASES = ("compute", "compression", "communication")  # of a training step, timed per rank
 
 
 class NodeProcess(Simulator):
@@ -90,8 +94,11 @@ class NodeProcess(Simulator):
         self.receivers = sorted({j for W in Ws for j in range(n) if j != i and W[j, i] != 0})
         self._edges = [([j for j in self.receivers if W[j, i] != 0],
                         [b for b, j in enumerate(self.senders) if b and W[i, j] != 0]) for W in Ws]
+        own = "loop" if engine.executor == NAME else engine.executor  # this node's forward/backward
         super().__init__(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg,
-                         engine=engine, loss_fn=loss_fn)
+                         engine=replace(engine, executor=own), loss_fn=loss_fn)
+        self.rows = slice(self.rank, self.rank + 1)
+        self.clock = dict.fromkeys(PHASES, 0.0) | {"steps": 0}  # seconds spent, see `step_split`
         if loop_rng and not isinstance(self.executor, LoopExecutor):
             raise ValueError("loop_rng replays the loop executor's RNG stream: use the loop executor")
         if self.x.dtype != wire.WEIGHT_DTYPE:
@@ -102,12 +109,92 @@ class NodeProcess(Simulator):
         self._history: dict[int, torch.Tensor] = {}     # own packed messages a receiver may miss
         self._last_out = dict.fromkeys(self.receivers, -1)  # last round each out-edge was active
         self._last_in = dict.fromkeys(self.senders[1:], -1)
-        self.loop_rng, self.noise, self._noise = loop_rng, noise, None  # lane counts of one node's draws
+        self.loop_rng, self.noise = loop_rng, noise
+        self._noise: dict[tuple, list[int]] = {}  # batch shape -> lane counts of one node's draws
         for _ in range(self.n - 1 if loop_rng else 0):
             make_model()  # the loop executor's other n - 1 models draw their initialisation
 
     def _rows(self) -> int:
         return 1
+
+    # ---- across the nodes, by collectives of the whole group (evaluation and control only)
+    def all_finite(self, t: torch.Tensor) -> bool:
+        flag = torch.isfinite(t).all().to(torch.float32).reshape(1)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag[0])
+
+    def node_mean(self, t: torch.Tensor) -> float:
+        return float(self.node_total(t.to(torch.float64).sum().reshape(1))[0]) / self.n
+
+    def gather_rows(self, t: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(t) for _ in range(self.n)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.cat(parts)
+
+    def shard(self, size: int) -> slice:
+        per = -(-size // self.n)
+        return slice(min(self.rank * per, size), min((self.rank + 1) * per, size))
+
+    def node_total(self, t: torch.Tensor) -> torch.Tensor:
+        t = t.clone()
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def average_buffers(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for k, b in self.executor.stacked_buffers().items():
+            if b.is_floating_point():
+                out[k] = self.node_total(b[0]) / self.n
+            else:
+                out[k] = b[0].clone()
+                dist.broadcast(out[k], src=0)
+        return out
+
+    # ---- where a step's time goes
+    def _tick(self, phase: str, t0: float) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.clock[phase] += now - t0
+        return now
+
+    def train_step(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
+        t0, before = time.perf_counter(), {k: self.clock[k] for k in PHASES}
+        losses = super().train_step(xb, yb, lr)
+        self._tick("compute", t0)  # the whole step, less the compression and communication in it
+        self.clock["compute"] -= sum(self.clock[k] - before[k] for k in PHASES if k != "compute")
+        self.clock["steps"] += 1
+        return losses
+
+    def step_split(self) -> dict:
+        """Mean seconds per training step of this rank, by phase: compute (forward/backward, local
+        step, the algorithm's own arithmetic), compression (C(v) and packing, unpacking what came
+        in) and communication (posting the messages and waiting for the in-neighbours'). On CUDA
+        each phase ends with a synchronize."""
+        k = max(self.clock["steps"], 1)
+        return {"steps": self.clock["steps"], **{p: self.clock[p] / k for p in PHASES},
+                "total": sum(self.clock[p] for p in PHASES) / k}
+
+    def step_splits(self) -> list[dict]:
+        """Every rank's `step_split`, rank order (a collective)."""
+        every: list = [None] * self.n
+        dist.all_gather_object(every, {"rank": self.rank, **self.step_split()})
+        return every
+
+    def state_dict(self) -> dict:
+        """The simulator's state of this row, plus what the wire needs to continue: the own
+        messages a receiver has not had yet, the last active round of each edge, the clock."""
+        return {**super().state_dict(), "rank": self.rank, "history": dict(self._history),
+                "last_out": dict(self._last_out), "last_in": dict(self._last_in), "clock": dict(self.clock)}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if sd.get("rank") != self.rank:
+            raise ValueError(f"checkpoint was written by rank {sd.get('rank')}, not {self.rank}")
+        super().load_state_dict(sd)
+        self._history = {int(t): b.clone() for t, b in sd["history"].items()}
+        self._last_out = {int(j): int(t) for j, t in sd["last_out"].items()}
+        self._last_in = {int(j): int(t) for j, t in sd["last_in"].items()}
+        self.clock = {k: (int(v) if k == "steps" else float(v)) for k, v in sd["clock"].items()}
 
     @property
     def average(self) -> torch.Tensor:
@@ -130,15 +217,17 @@ class NodeProcess(Simulator):
     def _loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.loop_rng or self.noise is None:
             return super()._loss_and_grad(xb, yb)
-        if self._noise is None:
-            self._noise = self._noise_sizes(xb, yb)
-        self.noise.replay(self._noise * self.rank)  # nodes 0..i-1 draw first
+        shape = (tuple(xb.shape), tuple(yb.shape))  # an epoch's last batch may be smaller
+        if shape not in self._noise:
+            self._noise[shape] = self._noise_sizes(xb, yb)
+        sizes = self._noise[shape]
+        self.noise.replay(sizes * self.rank)  # nodes 0..i-1 draw first
         with self.noise.record() as drawn:
             out = super()._loss_and_grad(xb, yb)
-        if drawn != self._noise:
-            raise RuntimeError("the noise draws of a forward/backward changed between steps; the "
-                               "loop executor's RNG stream cannot be replayed (use loop_rng=False)")
-        self.noise.replay(self._noise * (self.n - 1 - self.rank))
+        if drawn != sizes:
+            raise RuntimeError("the noise draws of a forward/backward changed between steps of one batch "
+                               "shape; the loop executor's RNG stream cannot be replayed (use loop_rng=False)")
+        self.noise.replay(sizes * (self.n - 1 - self.rank))
         return out
 
     def _noise_sizes(self, xb: torch.Tensor, yb: torch.Tensor) -> list[int]:
@@ -171,14 +260,17 @@ class NodeProcess(Simulator):
         W = self._row(t)
         outs, ins = self._edges[t % self.topology.period]
         v = algo.outgoing(self.algo_state, x=self.x, x_tilde=x_tilde, W=W, cfg=cfg)
+        t0 = time.perf_counter()
         buf = self._pack(v)
         c_own, _ = self._unpack(buf)  # what the receivers will decode
+        t0 = self._tick("compression", t0)
         first = {j: (self._last_out[j] + 1 if self.catch_up else t) for j in outs}
         self._history[t] = buf
         sends = {j: torch.cat([self._history[s] for s in range(first[j], t + 1)]) for j in outs}
         recvs = {self.senders[b]: self.size * (t - self._last_in[self.senders[b]] if self.catch_up else 1)
                  for b in ins}
         got, nbytes = p2p.exchange(sends, recvs, timeout=self.timeout, device=self.x.device)
+        t0 = self._tick("communication", t0)
         for j in outs:
             self._last_out[j] = t
         keep = min(self._last_out.values(), default=t) if self.catch_up else t
@@ -197,63 +289,9 @@ class NodeProcess(Simulator):
             if u_b is not None:
                 u[b] = u_b
             self._last_in[j] = t
+        self._tick("compression", t0)
         u_in = u if algo.MESSAGE.push_sum_weight else self.u
         r = algo.mix(state, v=v, c=c, x=self.x, x_tilde=x_tilde, u=u_in, W=W, t=t, cfg=cfg)
         sent = torch.tensor([sum(b.numel() for b in sends.values()) / self.size], dtype=self.x.dtype)
         return r._replace(sent=sent), torch.tensor([float(nbytes)], dtype=torch.float64,
                                                    device=self.bytes_sent.device)
-
-
-# ----------------------------------------------------------------------------- torchrun self-check
-def _tiny_model() -> torch.nn.Module:
-    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.Tanh(),
-                               torch.nn.Linear(16, 10))
-
-
-def _batches(steps: int, n: int, batch: int, seed: int):
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(n, batch, 1, 8, 8, generator=g), torch.randint(0, 10, (n, batch), generator=g))
-            for _ in range(steps)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Train the tiny model for --steps on seeded random batches, one node per process; with
-    --check, also run the loop simulator in every process and compare this node's row."""
-    ap = argparse.ArgumentParser(prog="python -m lpdl_core.decentral.engine.distributed")
-    ap.add_argument("--algorithm", choices=ALGORITHMS, default=GossipCfg().algorithm)
-    ap.add_argument("--graph", choices=GRAPHS, default=GRAPHS[0])
-    ap.add_argument("--compressor", choices=COMPRESSORS, default=CompressorCfg().kind)
-    ap.add_argument("--ratio", type=float, default=0.0, help="fraction dropped (topk/randomk)")
-    ap.add_argument("--eta", type=float, default=1.0)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds for rendezvous and each wait")
-    ap.add_argument("--check", action="store_true", help="compare with the loop simulator")
-    a = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    rank, world = p2p.init(p2p.P2PCfg(timeout_s=a.timeout))
-    topo = Topology(name=a.graph, n=world)
-    gossip = GossipCfg(algorithm=a.algorithm, eta=a.eta,
-                       compressor=CompressorCfg(kind=a.compressor, ratio=a.ratio))
-    engine = EngineCfg(device="cpu", seed=a.seed)
-    node = NodeProcess(_tiny_model, topology=topo, gossip=gossip, engine=engine)
-    batches = _batches(a.steps, world, 8, a.seed)
-    for xb, yb in batches:
-        node.train_step(xb[rank:rank + 1], yb[rank:rank + 1], a.lr)
-    line = f"rank {rank}: {a.steps} steps, {int(node.bytes_sent[0])} bytes sent"
-    ok = True
-    if a.check:
-        sim = Simulator(_tiny_model, topology=topo, gossip=gossip, engine=engine)
-        for xb, yb in batches:
-            sim.train_step(xb, yb, a.lr)
-        diff = float((node.x[0] - sim.x[rank]).abs().max())
-        ok = diff <= 1e-5 and float(sim.bytes_sent[rank]) == float(node.bytes_sent[0])
-        line += f" (simulator {int(sim.bytes_sent[rank])}), max |x - x_loop| = {diff:.2e}"
-    print(line + ("" if ok else "  MISMATCH"), flush=True)
-    dist.destroy_process_group()
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

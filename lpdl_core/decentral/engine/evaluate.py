@@ -33,31 +33,31 @@ def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int =
     transform: applied to each input chunk (e.g. uint8 -> normalized float), so a large test set
     is never materialized in float all at once.
     """
-    n = sim.n
-    correct = torch.zeros(n, device=sim.device)
-    loss_sum = torch.zeros(n, device=sim.device)
+    rows = sim.z.shape[0]  # the nodes this process holds: all n, or one in a NodeProcess
+    correct = torch.zeros(rows, device=sim.device)
+    loss_sum = torch.zeros(rows, device=sim.device)
     avg_correct = torch.zeros((), device=sim.device)
     module = sim.executor.reference_module()
     avg_params = dict(zip(sim.layout.names, sim.layout.views(sim.average)))
-    # The averaged model also takes the node average of floating buffers (activation ranges,
-    # running statistics); integer counters come from node 0.
-    avg_buffers = {k: b.mean(0) if b.is_floating_point() else b[0]
-                   for k, b in sim.executor.stacked_buffers().items()}
+    avg_buffers = sim.average_buffers()
+    shard = sim.shard(len(x))  # the averaged model is the same everywhere: each process takes a part
     was_training = module.training
     module.eval()
     for s in range(0, len(x), batch_size):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
         if transform is not None:
             xb = transform(xb)
-        logits = sim.executor.logits(xb)  # (n, B, C)
+        logits = sim.executor.logits(xb)  # (rows, B, C)
         correct += (logits.argmax(-1) == yb).sum(1)
         loss_sum += torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), yb.repeat(n), reduction="none").view(n, -1).sum(1)
-        avg_logits = functional_call(module, (avg_params, avg_buffers), (xb,))
-        avg_correct += (avg_logits.argmax(-1) == yb).sum()
+            logits.flatten(0, 1), yb.repeat(rows), reduction="none").view(rows, -1).sum(1)
+        lo, hi = max(shard.start - s, 0), min(shard.stop - s, len(xb))
+        if lo < hi:
+            avg_logits = functional_call(module, (avg_params, avg_buffers), (xb[lo:hi],))
+            avg_correct += (avg_logits.argmax(-1) == yb[lo:hi]).sum()
     module.train(was_training)
-    acc = (100.0 * correct / len(x)).tolist()
-    return Evaluation(node_acc=tuple(acc), mean_acc=sum(acc) / n,
-                      avg_model_acc=float(100.0 * avg_correct / len(x)),
+    acc = (100.0 * sim.gather_rows(correct) / len(x)).tolist()
+    return Evaluation(node_acc=tuple(acc), mean_acc=sum(acc) / sim.n,
+                      avg_model_acc=float(100.0 * sim.node_total(avg_correct) / len(x)),
                       consensus_distance=sim.consensus_distance(),
-                      mean_loss=float(loss_sum.mean() / len(x)))
+                      mean_loss=float(sim.gather_rows(loss_sum).mean() / len(x)))

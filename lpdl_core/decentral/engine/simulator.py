@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import DEVICES  # noqa: E402
+from ...config import DEVICES, EXECUTORS  # noqa: E402
 from ...errors import DeviceUnavailable
 from .. import algorithms, optim
 from ..algorithms.base import GossipCfg, Round
@@ -29,20 +29,23 @@ from ..compress import message_bytes
 from ..layout import Layout, node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
-from .executors import EXECUTORS, make_executor
+from .executors import EXECUTORS as IN_PROCESS
+from .executors import make_executor
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineCfg:
     """How the simulation runs (never what it computes).
 
-    executor: "loop" or "batched" (same math; see executors.py).
+    executor: "loop" or "batched" (same math; see executors.py) run all n nodes in this process;
+        "distributed" runs one node per process (`NodeProcess`, whose own forward/backward runs
+        as the loop executor's).
     device: "auto" picks CUDA when available, else CPU. All node state lives there.
     seed: seeds model initialisation (identical on all nodes, as the official code) and the
         compressors' random draws.
     """
 
-    executor: Literal["loop", "batched"] = "loop"
+    executor: Literal["loop", "batched", "distributed"] = "loop"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 1234
 
@@ -70,6 +73,9 @@ class Simulator:
                  engine: EngineCfg = EngineCfg(),
                  loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy):
         self.topology, self.gossip_cfg, self.optim_cfg, self.engine_cfg = topology, gossip, optim_cfg, engine
+        if engine.executor not in IN_PROCESS:
+            raise ValueError(f"engine.executor {engine.executor!r} runs one node per process: build a "
+                             "NodeProcess (lpdl_core.decentral.engine.distributed), not a Simulator")
         self.device = resolve_device(engine.device)
         self.n = topology.n
         n = self._rows()  # the node rows this process holds
@@ -190,6 +196,40 @@ class Simulator:
         self.executor.load_buffers({k: v.to(dev) for k, v in sd["buffers"].items()})
         self.generator.set_state(sd["generator"])
         self.z.copy_(self.x / self.u[:, None])
+
+    # ---- across the nodes: this process holds all n rows; a NodeProcess (one row) overrides
+    # these with collectives, so training and evaluation code is the same for both
+    rows = slice(None)  # the rows of a node-stacked batch (n, B, ...) this process trains on
+
+    def all_finite(self, t: torch.Tensor) -> bool:
+        """Whether every node's t (rows, ...) is finite."""
+        return bool(torch.isfinite(t).all())
+
+    def node_mean(self, t: torch.Tensor) -> float:
+        """(1/n) Σ_i t_i of a per-node quantity t (rows,)."""
+        return float(t.mean())
+
+    def gather_rows(self, t: torch.Tensor) -> torch.Tensor:
+        """Every node's row of t (rows, ...): (n, ...)."""
+        return t
+
+    def shard(self, size: int) -> slice:
+        """The part of `size` items (test samples) this process evaluates; `node_total` adds them."""
+        return slice(0, size)
+
+    def node_total(self, t: torch.Tensor) -> torch.Tensor:
+        """The sum over processes of t (each process's count over its shard)."""
+        return t
+
+    def step_splits(self) -> list[dict] | None:
+        """Each process's seconds per step by phase; None here (nothing crosses a wire)."""
+        return None
+
+    def average_buffers(self) -> dict[str, torch.Tensor]:
+        """The averaged model's buffers: the node average of floating buffers (activation ranges,
+        running statistics); integer counters from node 0."""
+        return {k: b.mean(0) if b.is_floating_point() else b[0]
+                for k, b in self.executor.stacked_buffers().items()}
 
     @property
     def average(self) -> torch.Tensor:

@@ -1,0 +1,175 @@
+"""Whole training runs on the distributed executor (one process per node, 4 gloo ranks) equal the
+loop executor's, resume from per-rank checkpoints, and report where a step's time goes.
+
+Tolerance. The parameters follow the loop executor's to float summation order (tests/
+test_distributed.py: ≤ 1e-7 relative per round); the metrics are computed from them by
+collectives: node accuracies and the averaged model's correct counts are integer counts (equal
+unless a test logit sits within that order of a tie), the means and the consensus distance are
+sums in another order. So accuracies may differ by at most one test sample per node (100/96
+points here; measured: equal; the mini cell below: one sample of 360 at one node, as the ranks
+run one thread each and the loop run two), losses and distances by 1e-4 relative. A resumed distributed run
+takes exactly the uninterrupted one's path (same processes, same order): equal bit for bit.
+"""
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+from lpdl_core.decentral import p2p
+
+sys.path.insert(0, str(Path(__file__).parent))  # the spawned ranks import distributed_train_cases
+from distributed_train_cases import N, RUNS, rank_runs, run  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+# points: one test sample of the 96, plus the float32 rounding of 100·k/N (≤ 1e-5 of 100)
+ONE_SAMPLE = 100 / 96 + 1e-4
+
+
+def _launch(tmp_path, names, **kw) -> list[tuple]:
+    codes = p2p.launch(rank_runs, names, str(tmp_path), kw.get("kill_epoch"), kw.get("checkpoint", False),
+                       world_size=N, cfg=p2p.P2PCfg(timeout_s=60))
+    assert codes == [0] * N, codes
+    return {name: [pickle.loads((tmp_path / f"{name}-{r}.pkl").read_bytes()) for r in range(N)] for name in names}
+
+
+def _close(a: dict, b: dict, acc_tol: float = ONE_SAMPLE) -> None:
+    for key in ("mean_acc", "avg_model_acc"):
+        assert abs(a[key] - b[key]) <= acc_tol, (key, a[key], b[key])
+    for key in ("consensus_distance", "mean_loss", "test_loss", "train_loss", "bytes_per_node"):
+        if key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), (key, a[key], b[key])
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory):
+    return _launch(tmp_path_factory.mktemp("dist"), list(RUNS))
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_distributed_run_equals_loop(name, distributed):
+    loop = run(name, "loop")
+    results = [res for res, _ in distributed[name]]
+    for res in results:  # every rank returns the same result
+        assert res.status == loop.status == "ok" and res.epochs_done == loop.epochs_done
+        assert res.final["node_acc"] == results[0].final["node_acc"]
+        assert res.executor == "distributed" and loop.executor == "loop"
+    res = results[0]
+    assert len(res.final["node_acc"]) == N
+    for a, b in zip(res.final["node_acc"], loop.final["node_acc"]):
+        assert abs(a - b) <= ONE_SAMPLE
+    _close(res.final, loop.final)
+    for ra, rb in zip(res.curve, loop.curve):
+        _close(ra, rb)
+    assert res.bytes_per_node == loop.bytes_per_node  # whole bytes per message, summed exactly
+    assert (res.partition == loop.partition).all()
+
+
+def test_step_split_per_rank(distributed):
+    res = distributed["choco-tv-fp32"][0][0]
+    split = res.step_split
+    assert [s["rank"] for s in split] == list(range(N))
+    steps = RUNS["choco-tv-fp32"]["run"].epochs * 3  # 192 samples / 4 nodes / batch 16
+    for s in split:
+        assert s["steps"] == steps
+        assert all(s[k] >= 0 for k in ("compute", "compression", "communication"))
+        assert s["total"] == pytest.approx(s["compute"] + s["compression"] + s["communication"])
+        assert s["compute"] > 0 and s["communication"] > 0
+
+
+def test_resume_equals_uninterrupted(tmp_path, distributed):
+    """All ranks stop after epoch 1 (their checkpoints stay); a rerun resumes at epoch 2 and ends
+    exactly as the uninterrupted run. Then: rank 3's newest checkpoint lost (a kill between two
+    ranks' saves): every rank resumes from the epoch all of them have, still exactly equal."""
+    name = "ds-dring-int8"
+    full = distributed[name][0][0]
+    _launch(tmp_path, [name], kill_epoch=1, checkpoint=True)
+    files = sorted(p.name for p in (tmp_path / name).iterdir())
+    assert files == sorted([f"checkpoint.rank{r}of{N}.pt" for r in range(N)]
+                           + [f"checkpoint.rank{r}of{N}.pt.prev" for r in range(N)]), files
+    (tmp_path / name / f"checkpoint.rank3of{N}.pt").unlink()  # rank 3 has epoch 0 only
+    got = _launch(tmp_path, [name], checkpoint=True)[name]
+    for res, events in got:
+        assert events[0] == {"event": "resumed", "epoch": 1, "epochs": 3}, events[:2]
+        assert res.final == full.final and res.curve == full.curve and res.bytes_per_node == full.bytes_per_node
+
+
+# ----------------------------------------------------------------------------- launching
+def test_only_node_process_runs_distributed():
+    from lpdl_core.decentral.engine import EngineCfg, Simulator
+    from lpdl_core.decentral.topology import Topology
+    from distributed_train_cases import cnn_fp32
+
+    with pytest.raises(ValueError, match="NodeProcess"):
+        Simulator(cnn_fp32, topology=Topology(name="ring", n=2), engine=EngineCfg(executor="distributed"))
+
+
+def test_launch_helpers():
+    from lpdl_core import cli
+    from lpdl_core.pipeline import ranks
+
+    assert cli.DEFAULT_TIMEOUT_S == ranks.DEFAULT_TIMEOUT_S
+    assert not ranks.in_group({})
+    assert ranks.in_group({"RANK": "0"})
+    assert ranks.in_group({"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4"})
+    # the batch script of a job of 4 tasks is one process, not a rank
+    assert not ranks.in_group({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"})
+    argv = ranks.torchrun_argv(4, ["train", "--cell", "x"], python="py")
+    assert argv == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+                    "--max-restarts=0", "-m", "lpdl_core", "train", "--cell", "x"]
+    assert ranks.child_env(4, environ={"OMP_NUM_THREADS": "8"})["OMP_NUM_THREADS"] == "2"
+    assert ranks.child_env(4, environ={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "1"
+    env = ranks.slurm_master_env({"SLURM_JOB_ID": "123457"})
+    assert env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(20000 + 123457 % 20000)}
+    assert ranks.slurm_master_env({"MASTER_ADDR": "h", "MASTER_PORT": "1"}) == {}
+
+
+def test_group_outside_a_launch(monkeypatch):
+    from lpdl_core.errors import LpdlError
+    from lpdl_core.pipeline.ranks import Group
+
+    g = Group.join("loop")
+    assert (g.rank, g.world, g.distributed) == (0, 1, False) and g.first(lambda: 7) == 7
+    for key in ("RANK", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(LpdlError, match="one of n processes"):
+        Group.join("distributed")
+
+
+# ----------------------------------------------------------------------------- the command
+CELL = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"  # 4 nodes, CHOCO top-k 90%, 8-bit, skew 0.6
+
+
+def _lpdl(*args, timeout=600):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "lpdl_core", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
+
+
+@pytest.mark.slow
+def test_lpdl_train_distributed_equals_loop(tmp_path):
+    """`lpdl train --cell <a 4-node mini cell> --executor distributed` starts 4 processes (torchrun)
+    and ends with the loop executor's final metrics, within the tolerance above; rank 0 alone
+    writes the run folder and prints the outcome."""
+    import json
+
+    d = _lpdl("train", "--cell", CELL, "--out", str(tmp_path / "dist"), "--device", "cpu", "--executor", "distributed")
+    assert d.returncode == 0, d.stderr[-3000:]
+    assert d.stdout.count(f"[{CELL}] ok:") == 1, d.stdout
+    assert "starting 4 processes" in d.stderr
+    lp = _lpdl("train", "--cell", CELL, "--out", str(tmp_path / "loop"), "--device", "cpu")
+    assert lp.returncode == 0, lp.stderr[-3000:]
+    got, ref = (json.loads((tmp_path / k / "metrics.json").read_text()) for k in ("dist", "loop"))
+    assert got["executor"] == "distributed" and got["config"]["processes"] == 4
+    assert got["identity"] == ref["identity"] and got["status"] == ref["status"] == "ok"
+    n_test = 360  # the digits stand-in's test split
+    for a, b in zip(got["final"]["node_acc"], ref["final"]["node_acc"]):
+        assert abs(a - b) <= 100 / n_test + 1e-4
+    assert abs(got["final"]["mean_acc"] - ref["final"]["mean_acc"]) <= 100 / n_test + 1e-4
+    assert got["bytes_per_node"] == ref["bytes_per_node"]
+    assert [s["rank"] for s in got["step_split"]] == [0, 1, 2, 3]
+    assert sorted(p.name for p in (tmp_path / "dist").iterdir() if not p.name.startswith(".")) == \
+        ["curve.csv", "metrics.json", "partition.csv"]  # every rank's checkpoint removed
