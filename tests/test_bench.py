@@ -1,8 +1,10 @@
 """`lpdl bench` writes a well-formed JSON report (the speed targets live in the JSON, not here)."""
 import json
 
+import pytest
+
 from lpdl_core.cli import main
-from lpdl_core.training.bench import LP_OVER_FP_TARGET
+from lpdl_core.training.bench import LP_OVER_FP_TARGET, bench_step
 
 
 def test_bench_json_report(tmp_path, capsys):
@@ -16,3 +18,16 @@ def test_bench_json_report(tmp_path, capsys):
         assert r["median_s"] > 0 and r["params"] == 273_258
     assert rep["lp_over_fp"] > 0 and rep["target_lp_over_fp"] == LP_OVER_FP_TARGET
     assert rep["meets_target"] == (rep["lp_over_fp"] <= LP_OVER_FP_TARGET)
+
+
+def test_distributed_bench_splits_each_rank_step():
+    """`lpdl bench --executor distributed`: n processes, each rank's step split into compute,
+    compression and communication (seconds per step, summing to its total)."""
+    rep = bench_step(model="resnet20", nodes=2, batch=2, steps=1, warmup=0, executor="distributed", device="cpu",
+                     precisions=("fp32",))
+    assert rep["executor"] == "distributed" and rep["processes"] == 2 and rep["device"] == "cpu"
+    res = rep["results"]["fp32"]
+    assert res["median_s"] > 0 and [s["rank"] for s in res["split_per_rank"]] == [0, 1]
+    for s in res["split_per_rank"]:
+        assert s["steps"] == 1 and s["communication"] > 0
+        assert s["total"] == pytest.approx(s["compute"] + s["compression"] + s["communication"])

@@ -173,3 +173,48 @@ def test_lpdl_train_distributed_equals_loop(tmp_path):
     assert [s["rank"] for s in got["step_split"]] == [0, 1, 2, 3]
     assert sorted(p.name for p in (tmp_path / "dist").iterdir() if not p.name.startswith(".")) == \
         ["curve.csv", "metrics.json", "partition.csv"]  # every rank's checkpoint removed
+
+
+def _rank_pid(rank: int) -> int | None:
+    """The pid of the `lpdl_core train` process whose RANK is `rank` (torchrun's worker)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"lpdl_core" in cmd and b"train" in cmd and f"RANK={rank}".encode() in env:
+            return int(proc.name)
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_rank_fails_lpdl_train_in_time(tmp_path):
+    """kill -9 of one rank mid-run: the command exits non-zero within the timeout (torchrun stops
+    the other ranks), and a rerun resumes from the ranks' checkpoints and finishes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "lpdl_core", "train", "--cell", CELL, "--out", str(out), "--device", "cpu",
+            "--executor", "distributed", "--dist-timeout", "30"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "2"})
+    deadline = time.monotonic() + 300
+    while not (out / f"checkpoint.rank2of4.pt").exists() and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    pid = _rank_pid(2)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=30 + 60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0 and time.monotonic() - t0 < 90, err[-3000:]
+    again = _lpdl("train", "--cell", CELL, "--out", str(out), "--device", "cpu", "--executor", "distributed")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming at epoch" in again.stderr and (out / "metrics.json").exists()

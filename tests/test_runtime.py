@@ -59,6 +59,16 @@ def test_batched_and_more_nodes_scale_the_measured_step(times, cells):
     assert times.step_seconds(c16, "loop") == pytest.approx(2 * m["loop"])
 
 
+def test_distributed_takes_one_nodes_loop_step_unless_measured(times, cells):
+    """One node per process and GPU: the loop executor's time of one node, whatever n is."""
+    m = TABLE["measured"]["resnet20"]["fp32"]
+    for n in (8, 16):
+        c = _cell(cells, "table2", "resnet20", n, "fp32")
+        assert times.step_seconds(c, "distributed") == pytest.approx(m["loop"] / 8)
+    own = StepTimes.from_mapping({**TABLE, "measured": {"resnet20": {"fp32": {"loop": 1.0, "distributed": 0.8}}}})
+    assert own.step_seconds(_cell(cells, "table2", "resnet20", 8, "fp32"), "distributed") == pytest.approx(0.8)
+
+
 def test_an_unmeasured_model_is_scaled_up_by_its_macs(times, cells):
     c = _cell(cells, "table2", "resnet54", 8, "int8")
     ratio = TABLE["macs_per_sample"]["resnet54"] / TABLE["macs_per_sample"]["resnet20"]

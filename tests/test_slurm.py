@@ -83,6 +83,18 @@ def test_gpus_are_asked_as_the_site_wants(request_, asked):
         assert all("gpu=0" in l for l in train)  # not both
 
 
+def test_a_distributed_paper_job_asks_one_task_and_one_gpu_per_node():
+    """executor=distributed: each 8-node Table 3 job is one SLURM job of 8 tasks (the plugin's mpi
+    path: --ntasks=8), 8 GPUs, one per task (--ntasks-per-gpu=1)."""
+    p = subprocess.run([SNAKEMAKE, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", "--config",
+                        "executor=distributed", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
+                       env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "mpi=" in l]
+    assert len(train) == 16, (p.stdout + p.stderr)[-3000:]
+    assert all("gpu=8" in l and "mpi=srun" in l and "tasks=8" in l and "tasks_per_gpu=1" in l for l in train)
+
+
 @pytest.mark.parametrize("unset", ["LPDL_SLURM_ACCOUNT", "LPDL_SLURM_PARTITION"])
 def test_an_unset_account_or_partition_stops_the_dry_run_in_one_line(unset):
     other = ({"LPDL_SLURM_ACCOUNT", "LPDL_SLURM_PARTITION"} - {unset}).pop()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,7 +65,7 @@ def _rank(spec: dict, out: str) -> None:
                 times[precision].append(float(dt))
         if rank == 0 and spec["progress"]:
             print(f"lpdl: bench: step {i + 1}/{spec['warmup'] + spec['steps']}"
-                  f"{' (warm-up)' if i < spec['warmup'] else ''}", flush=True)
+                  f"{' (warm-up)' if i < spec['warmup'] else ''}", file=sys.stderr, flush=True)
     results = {}
     for precision, nd in nodes.items():
         ts, split = times[precision], nd.step_splits()

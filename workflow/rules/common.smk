@@ -115,6 +115,9 @@ def job_identity(job, wildcards):
 MINI_CELL_MINUTES = 2
 # host memory (MB) of a paper job by model: the dataset in memory plus the model's state
 PAPER_MEM_MB = {"resnet20": 24000, "resnet54": 24000, "vgg11": 64000, "resnet18": 64000, "distilbert": 64000}
+# each further process of a distributed job (its own torch, CUDA context and copy of the dataset);
+# an estimate, not measured
+EXTRA_PROCESS_MB = {"mini": 1000, "paper": 4000}
 
 
 def _step_times():
@@ -184,12 +187,14 @@ def train_resources(job):
     cells = [CELL_BY_ID[c] for c in job.cells]
     n = processes(job)
     if PROFILE == "mini":
-        return {"mem_mb": 3000 * n, "runtime": 10 + MINI_CELL_MINUTES * len(cells), "gpu": 0}
+        return {"mem_mb": 3000 + EXTRA_PROCESS_MB["mini"] * (n - 1), "runtime": 10 + MINI_CELL_MINUTES * len(cells),
+                "gpu": 0}
     from lpdl_core.pipeline.runtime import job_runtime
 
     req = job_runtime(cells, STEP_TIMES, executor=config["executor"], margin=config["runtime_margin"],
                       max_minutes=config["max_runtime"])
-    return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) * n, "runtime": req.minutes, "gpu": n}
+    return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
+            "runtime": req.minutes, "gpu": n}
 
 
 def _warn_long_jobs():
