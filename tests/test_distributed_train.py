@@ -218,3 +218,20 @@ def test_a_killed_rank_fails_lpdl_train_in_time(tmp_path):
     again = _lpdl("train", "--cell", CELL, "--out", str(out), "--device", "cpu", "--executor", "distributed")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming at epoch" in again.stderr and (out / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_selfcheck_under_torchrun():
+    """The cluster smoke test (`torchrun ... -m lpdl_core.decentral.engine.selfcheck --check`):
+    every rank matches the loop simulator and says so."""
+    import subprocess
+
+    from lpdl_core.pipeline.ranks import child_env
+
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+                        "-m", "lpdl_core.decentral.engine.selfcheck", "--check", "--algorithm", "choco",
+                        "--compressor", "topk", "--ratio", "0.9", "--eta", "0.5"],
+                       capture_output=True, text=True, timeout=300, env=child_env(4))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    lines = [l for l in p.stdout.splitlines() if l.startswith("rank ")]
+    assert len(lines) == 4 and not any("MISMATCH" in l for l in lines), p.stdout
