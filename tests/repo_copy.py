@@ -19,3 +19,19 @@ def _ignore(folder: str, names: list[str]) -> set[str]:
 def copy_repo(dst: Path) -> Path:
     shutil.copytree(ROOT, dst, ignore=_ignore, symlinks=True)
     return dst
+
+
+def small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | None = None) -> None:
+    """A paper dir whose `table` holds only its first n cells, or only `cell` (same header and
+    validation). The other tables are copied whole: the workflow only reads `table`
+    (tables=[table]), but `lpdl train` may read every table of the paper dir to find its cell."""
+    from lpdl_core.pipeline.cells import PAPER_DIR, load_cells
+
+    dst.mkdir(parents=True)
+    ids = [c.cell_id for c in load_cells(None, tables=[table])]
+    for src in PAPER_DIR.glob("*.csv"):
+        lines = src.read_text().splitlines()
+        if src.name == f"{table}.csv":
+            rows = lines[1:1 + n] if cell is None else [lines[1 + ids.index(cell)]]
+            lines = lines[:1] + rows
+        (dst / src.name).write_text("\n".join(lines) + "\n")

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lpdl_core.pipeline.cells import PAPER_DIR
-from repo_copy import copy_repo
+from repo_copy import copy_repo, small_paper_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -179,22 +178,6 @@ def slurm_cluster():
 
 
 
-def _small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | None = None) -> None:
-    """A paper dir whose `table` holds only its first n cells, or only `cell` (same header and
-    validation). The other tables are copied whole: the workflow only reads `table`
-    (tables=[table]), but `lpdl train` may read every table of the paper dir to find its cell."""
-    from lpdl_core.pipeline.cells import load_cells
-
-    dst.mkdir(parents=True)
-    ids = [c.cell_id for c in load_cells(None, tables=[table])]
-    for src in PAPER_DIR.glob("*.csv"):
-        lines = src.read_text().splitlines()
-        if src.name == f"{table}.csv":
-            rows = lines[1:1 + n] if cell is None else [lines[1 + ids.index(cell)]]
-            lines = lines[:1] + rows
-        (dst / src.name).write_text("\n".join(lines) + "\n")
-
-
 def _snakemake_slurm(repo: Path, tmp_path: Path, *config: str) -> tuple[str, float]:
     """`snakemake --profile slurm-test --config ...` in repo to its end (killed and its jobs
     cancelled after RUN_TIMEOUT): its output and wall seconds; asserts exit 0."""
@@ -222,7 +205,7 @@ def _snakemake_slurm(repo: Path, tmp_path: Path, *config: str) -> tuple[str, flo
 @pytest.mark.slow
 def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path):
     repo = copy_repo(tmp_path / "repo")
-    _small_paper_dir(repo / "small")
+    small_paper_dir(repo / "small")
     prefix = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())["slurm-jobname-prefix"] + "_"
     text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table3]")
 
@@ -265,7 +248,7 @@ def test_a_distributed_cell_runs_as_one_slurm_job_of_n_tasks(slurm_cluster, tmp_
     one rank per task, env:// rendezvous), and its result equals a local loop run of the cell."""
     cell = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"
     repo = copy_repo(tmp_path / "repo")
-    _small_paper_dir(repo / "small", table="table4", cell=cell)
+    small_paper_dir(repo / "small", table="table4", cell=cell)
     text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table4]", "executor=distributed",
                                      "dist_timeout=120")
     train_ids = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: [^)]*rule_train", text)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from lpdl_core.pipeline.cells import PAPER_DIR
-from repo_copy import copy_repo
+from repo_copy import copy_repo, small_paper_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -199,3 +199,55 @@ def test_the_catalog_test_config_runs_end_to_end(tmp_path):
     assert len(rows) == 1 + 4
     assert (test / "report/report.html").is_file() and (test / "results/mini/download.json").is_file()
     assert not (repo / "results/mini").exists()  # everything stayed under .test/
+
+
+@pytest.mark.parametrize("in_slurm", [False, True])
+def test_the_train_script_runs_a_distributed_job_as_n_processes(tmp_path, monkeypatch, in_slurm):
+    """executor distributed: in a SLURM job of n tasks the script runs `srun --ntasks=n
+    --kill-on-bad-exit=1 ... lpdl train` with the rendezvous host and port exported; elsewhere it
+    runs `lpdl train`, which starts the n processes itself (torchrun)."""
+    import runpy
+    from types import SimpleNamespace
+
+    calls = {}
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items()
+                                        if not k.startswith(("SLURM_", "MASTER_"))})
+    monkeypatch.setattr(os, "execvp", lambda exe, argv: calls.setdefault("argv", argv))
+    monkeypatch.setattr(os, "dup2", lambda a, b: None)
+    if in_slurm:
+        os.environ.update(SLURM_JOB_ID="4242", SLURM_NTASKS="4", SLURM_CPUS_PER_TASK="2")
+    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": None, "device": "cpu", "executor": "distributed",
+                                 "data_root": "", "dist_timeout": 45},
+                         wildcards=SimpleNamespace(seed="1234", results="mini"), threads=1,
+                         params=SimpleNamespace(cells=["a-cell"], fidelity="{}"), resources={"tasks": 4, "mpi": "srun"},
+                         log=[str(tmp_path / "job.log")])
+    runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
+    argv = calls["argv"]
+    assert argv[argv.index("--executor") + 1] == "distributed" and argv[argv.index("--dist-timeout") + 1] == "45"
+    if in_slurm:
+        assert argv[:3] == ["srun", "--ntasks=4", "--kill-on-bad-exit=1"] and argv[4:7] == ["-m", "lpdl_core", "train"]
+        assert os.environ["MASTER_PORT"] == str(20000 + 4242) and os.environ["MASTER_ADDR"]
+        assert os.environ["OMP_NUM_THREADS"] == "2"  # the task's CPUs
+    else:
+        assert argv[1:4] == ["-m", "lpdl_core", "train"] and "MASTER_ADDR" not in os.environ
+
+
+@pytest.mark.slow
+def test_a_distributed_cell_runs_locally_under_snakemake(tmp_path):
+    """`snakemake -c2 --config executor=distributed`: the 4-node cell's job starts 4 processes
+    (lpdl train under torchrun) on this host; the run says so and goes through aggregate and
+    report like any other."""
+    cell = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"
+    repo = copy_repo(tmp_path / "repo")
+    small_paper_dir(repo / "small", table="table4", cell=cell)
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    p = subprocess.run([str(bin_dir / "snakemake"), "-c2", "--config", "paper_dir=small", "tables=[table4]",
+                        "executor=distributed"], cwd=repo, env=env, capture_output=True, text=True, timeout=900,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads((repo / f"results/mini/runs/{cell}/seed1234/metrics.json").read_text())
+    assert m["executor"] == "distributed" and m["config"]["processes"] == 4 and len(m["step_split"]) == 4
+    log = next((repo / "results/mini/logs/train").rglob("seed1234.log")).read_text()
+    assert "starting 4 processes" in log and log.count(f"[{cell}] ok:") == 1
+    assert len((repo / "results/mini/tables/table4.csv").read_text().splitlines()) == 2
