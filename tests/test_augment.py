@@ -217,3 +217,24 @@ def test_cuda_matches_cpu_semantics():
     assert random_crop_flip(x, generator=_gen(3)).is_cuda
     n = augment_batch(x, _split(), train=True, generator=_gen(1, "cuda"))
     assert n.is_cuda and n.dtype == torch.float32
+
+
+@pytest.mark.parametrize("kind", ["crop-flip", "rrc-flip"])
+def test_a_part_is_those_rows_of_the_whole_batch(kind):
+    """part=(i, k): node i's row augmented alone, with the whole (k, B, ...) batch's draws, equals
+    row i of augmenting the whole batch, and leaves the generator where the whole batch does (the
+    distributed executor's ranks)."""
+    k, B = 4, 3
+    x = torch.randint(0, 256, (k, B, 3, 32, 32), dtype=torch.uint8, generator=_gen(1))
+    aug = (lambda t, g, part=None: random_crop_flip(t, generator=g, part=part)) if kind == "crop-flip" else \
+        (lambda t, g, part=None: random_resized_crop_flip(t, size=24, generator=g, part=part))
+    g_all = _gen(4)
+    whole = aug(x, g_all)
+    for i in range(k):
+        g = _gen(4)
+        row = aug(x[i:i + 1], g, part=(i, k))
+        # the same per-image arithmetic; the resize's batched matmul may block differently by batch size
+        torch.testing.assert_close(row, whole[i:i + 1], rtol=0, atol=0 if kind == "crop-flip" else 1e-6)
+        assert torch.equal(g.get_state(), g_all.get_state())
+    with pytest.raises(ValueError, match="part"):
+        aug(x[:1], _gen(), part=(4, 4))

@@ -6,6 +6,11 @@ default generator of the data's device is used. Inputs may carry leading dims (n
 they are flattened, transformed and restored.
 
 Float images are in [0, 1] (ToTensor convention); uint8 images in [0, 255].
+
+part=(i, k): x holds part i of k equal parts of a batch (one node's row of a node-stacked batch
+of k nodes, in a process that trains only that node). The random draws are those of the whole
+batch, in the same order, and part i's are applied, so the part equals rows i of the whole
+batch's augmentation and the generator ends in the same state (the distributed executor).
 Semantics follow the official code's torchvision pipelines (docs/paper-vs-code.md, 'Transforms'):
   crop-flip: RandomHorizontalFlip + RandomCrop(32, padding=4) (zero padding)
   rrc-flip:  RandomResizedCrop(size) (default scale/ratio) + RandomHorizontalFlip, resized with
@@ -52,13 +57,22 @@ def _crop_flip_params(n: int, padding: int, flip_p: float, generator, device):
     return off[0], off[1], flip
 
 
+def _part(n: int, part: tuple[int, int] | None) -> tuple[int, slice]:
+    """(images whose draws are made, the slice of them that x holds): see the module docstring."""
+    i, k = part or (0, 1)
+    if not 0 <= i < k:
+        raise ValueError(f"part must be (i, k) with 0 <= i < k, got {part}")
+    return n * k, slice(i * n, (i + 1) * n)
+
+
 def random_crop_flip(x: torch.Tensor, padding: int = 4, generator: torch.Generator | None = None,
-                     flip_p: float = 0.5) -> torch.Tensor:
+                     flip_p: float = 0.5, part: tuple[int, int] | None = None) -> torch.Tensor:
     """Zero-pad by `padding`, crop back to H x W at an independent random offset per image, then
     flip horizontally with probability flip_p. Same dtype and shape as x."""
     xf, lead = _flat(x)
     n, c, h, w = xf.shape
-    top, left, flip = _crop_flip_params(n, padding, flip_p, generator, x.device)
+    total, mine = _part(n, part)
+    top, left, flip = (t[mine] for t in _crop_flip_params(total, padding, flip_p, generator, x.device))
     xp = F.pad(xf, (padding, padding, padding, padding))
     rows = top[:, None] + torch.arange(h, device=x.device)  # (n, h)
     cols = left[:, None] + torch.arange(w, device=x.device)  # (n, w)
@@ -127,13 +141,15 @@ def _resize_boxes(xf: torch.Tensor, top, left, ch, cw, size: int) -> torch.Tenso
 
 
 def random_resized_crop_flip(x: torch.Tensor, size: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                             generator: torch.Generator | None = None, flip_p: float = 0.5) -> torch.Tensor:
+                             generator: torch.Generator | None = None, flip_p: float = 0.5,
+                             part: tuple[int, int] | None = None) -> torch.Tensor:
     """RandomResizedCrop(size, scale, ratio) + horizontal flip (p=flip_p), batched.
     uint8 (..., C, H, W) -> float32 (..., C, size, size) in [0, 1]."""
     xf, lead = _flat(x)
     n, c, h, w = xf.shape
-    top, left, ch, cw = _rrc_params(n, h, w, scale, ratio, generator, x.device)
-    flip = _rand((n,), generator, x.device) < flip_p
+    total, mine = _part(n, part)
+    top, left, ch, cw = (t[mine] for t in _rrc_params(total, h, w, scale, ratio, generator, x.device))
+    flip = (_rand((total,), generator, x.device) < flip_p)[mine]
     src = xf.float() / 255.0 if x.dtype == torch.uint8 else xf.float()
     out = _resize_boxes(src, top, left, ch, cw, size)
     out = torch.where(flip[:, None, None, None], out.flip(-1), out)
@@ -167,16 +183,17 @@ def resize_shorter(x: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def augment_batch(x: torch.Tensor, split: DataSplit, train: bool,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+                  generator: torch.Generator | None = None, part: tuple[int, int] | None = None) -> torch.Tensor:
     """Training: split.augment ('crop-flip' | 'rrc-flip' | 'none') then normalize. Test: normalize
     only (test-time resize/center-crop is done by the loaders, so test batches are already
-    image_size). Returns float32 of x's leading shape. Text (token ids) passes through unchanged."""
+    image_size). Returns float32 of x's leading shape. Text (token ids) passes through unchanged.
+    part: see the module docstring."""
     if split.kind == "text":
         return x
     if train and split.augment == "crop-flip":
-        x = random_crop_flip(x, padding=4, generator=generator)
+        x = random_crop_flip(x, padding=4, generator=generator, part=part)
     elif train and split.augment == "rrc-flip":
-        x = random_resized_crop_flip(x, size=split.image_size or 224, generator=generator)
+        x = random_resized_crop_flip(x, size=split.image_size or 224, generator=generator, part=part)
     elif train and split.augment != "none":
         raise ValueError(f"unknown augment {split.augment!r}")
     return normalize(x, split.mean, split.std)

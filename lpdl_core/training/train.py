@@ -93,10 +93,10 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     uint8); each step augments and normalizes the node-stacked batch there.
 
     engine.executor "distributed": this process is one rank of a torch.distributed group of n
-    (lpdl_core.decentral.p2p.init) and trains node `rank` only (`NodeProcess`). Every rank draws
-    the whole node-stacked batch and its augmentation from the same generators, as one process
-    would, and trains on its own row, so the run equals the loop executor's; metrics come from
-    collectives, and every rank returns the same result but its own wall time.
+    (lpdl_core.decentral.p2p.init) and trains node `rank` only (`NodeProcess`). Every rank loads
+    its own row of each node-stacked batch and augments it with the random draws of the whole
+    batch (augment_batch's `part`), as one process would, so the run equals the loop executor's;
+    metrics come from collectives, and every rank returns the same result but its own wall time.
 
     checkpoint: a file written after every epoch (atomically) with all state, every RNG
     included (one per rank for a distributed run: lpdl_core.training.checkpoint); if it exists
@@ -135,7 +135,9 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         return xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
 
     sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed)
-    to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen)  # noqa: E731
+    # a NodeProcess trains its own row: the augmentation draws the whole batch's randomness, applies its row's
+    part = None if sim.rows == slice(None) else (sim.rows.start, topology.n)
+    to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen, part=part)  # noqa: E731
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     curve: list[dict] = []
     status, diverged_at = "ok", None
@@ -159,8 +161,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         for it, idx in enumerate(sampler.epoch(epoch)):
             if per_step:
                 lr = lr_at_step(epoch * sampler.iters_per_epoch + it, total, run.lr, run.schedule)
-            xb, yb = batch(idx)
-            losses = sim.train_step(to_train(xb)[sim.rows], yb[sim.rows], lr)
+            xb, yb = batch(idx[sim.rows])
+            losses = sim.train_step(to_train(xb), yb, lr)
             loss_sum += losses
             if not sim.all_finite(losses):
                 status, diverged_at = "diverged", {"epoch": epoch, "iteration": it}
@@ -190,8 +192,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     final_batches = itertools.chain.from_iterable(sampler.epoch(e) for e in itertools.count(run.epochs))
     for _ in range(run.final_gossip_rounds if status == "ok" else 0):
         if run.final_rounds == "train-forward":
-            xb, yb = batch(next(final_batches))
-            sim.forward_round(to_train(xb)[sim.rows], yb[sim.rows])
+            xb, yb = batch(next(final_batches)[sim.rows])
+            sim.forward_round(to_train(xb), yb)
         else:
             sim.gossip_round()
     final = evaluate(sim, x_te, y_te.to(dev), transform=to_test).as_dict()
