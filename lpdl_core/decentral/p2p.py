@@ -50,8 +50,10 @@ class P2PCfg:
         return datetime.timedelta(seconds=self.timeout_s)
 
 
-def env_from_slurm(environ=os.environ) -> None:
-    """Fill RANK / WORLD_SIZE / LOCAL_RANK from srun's variables where they are unset."""
+def env_from_slurm(environ=None) -> None:
+    """Fill RANK / WORLD_SIZE / LOCAL_RANK from srun's variables where they are unset (in
+    os.environ when environ is not given)."""
+    environ = os.environ if environ is None else environ
     for key, slurm in _SLURM_ENV.items():
         if key not in environ and slurm in environ:
             environ[key] = environ[slurm]

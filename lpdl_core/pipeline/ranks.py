@@ -27,9 +27,10 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 300.0  # the rendezvous, every message wait and every collective
 
 
-def in_group(environ: Mapping[str, str] = os.environ) -> bool:
+def in_group(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process is one rank of a started group: torchrun's RANK, or one task of a
-    SLURM step of several tasks (srun -n N)."""
+    SLURM step of several tasks (srun -n N). environ: os.environ when not given."""
+    environ = os.environ if environ is None else environ
     if "RANK" in environ:
         return True
     return "SLURM_PROCID" in environ and int(environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
@@ -41,9 +42,10 @@ def torchrun_argv(nodes: int, args: list[str], python: str = sys.executable) -> 
             "--max-restarts=0", "-m", "lpdl_core", *args]
 
 
-def child_env(nodes: int, threads: int | None = None, environ: Mapping[str, str] = os.environ) -> dict:
+def child_env(nodes: int, threads: int | None = None, environ: Mapping[str, str] | None = None) -> dict:
     """The ranks' environment: `threads`, else OMP_NUM_THREADS, else this machine's CPUs, shared
-    among the n ranks (at least one thread each)."""
+    among the n ranks (at least one thread each). environ: os.environ when not given."""
+    environ = os.environ if environ is None else environ
     total = (threads or int(environ.get("OMP_NUM_THREADS") or 0)
              or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()))
     return {**environ, "OMP_NUM_THREADS": str(max(1, int(total or 1) // nodes))}
@@ -67,9 +69,10 @@ def run_children(argv: list[str], env: Mapping[str, str]) -> int:
             signal.signal(sig, handler)
 
 
-def slurm_master_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def slurm_master_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """MASTER_ADDR (the job's first host) and MASTER_PORT (from the job id, so two jobs sharing a
-    host differ) for the ranks of a SLURM job, unless already set."""
+    host differ) for the ranks of a SLURM job, unless already set. environ: os.environ when not given."""
+    environ = os.environ if environ is None else environ
     out = {}
     if "MASTER_ADDR" not in environ:
         nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..decentral import p2p
+from ..errors import LpdlError
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, NodeProcess
 from ..decentral.topology import Topology
@@ -84,6 +85,9 @@ def bench_distributed(*, model: str, nodes: int, batch: int, steps: int, warmup:
     """Median seconds per step of the n ranks for each precision, with each rank's phase split."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if cuda and torch.cuda.device_count() < nodes:  # NCCL refuses two ranks on one GPU
+        raise LpdlError(f"the distributed bench on CUDA needs one GPU per node: {nodes} nodes, "
+                        f"{torch.cuda.device_count()} GPUs here (use --device cpu, or fewer --nodes)")
     spec = {"model": model, "dataset": dataset, "size": input_size(model, dataset), "batch": batch,
             "steps": steps, "warmup": warmup, "precisions": list(precisions), "device": "cuda" if cuda else "cpu",
             "threads": max(1, cpus // nodes), "progress": True}
