@@ -516,6 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
         DEVICES,
         EXECUTORS,
         GRAPHS,
+        IN_PROCESS_EXECUTORS,
         IMAGE_DATASETS,
         PRECISIONS,
         PROFILES,
@@ -571,7 +572,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8, help="number of nodes")
     d.add_argument("--skew", type=_unit, default=0.8, help=skew)
     d.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
-    d.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    d.add_argument("--executor", choices=IN_PROCESS_EXECUTORS, default="loop",
+                   help="how the n nodes run in this process: loop (one node after another) or batched (vmap)")
     d.add_argument("--device", choices=DEVICES, default="auto", help=device)
     d.add_argument("--quiet", action="store_true", help="no progress bar (as lpdl -q)")
     d.set_defaults(func=_cmd_demo)

@@ -40,7 +40,8 @@ COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")
-EXECUTORS = ("loop", "batched", "distributed")  # loop/batched: all n nodes in one process (same math);
+IN_PROCESS_EXECUTORS = ("loop", "batched")
+EXECUTORS = (*IN_PROCESS_EXECUTORS, "distributed")  # loop/batched: all n nodes in one process (same math);
 #   distributed: one process per node over torch.distributed (lpdl_core.decentral.engine.distributed)
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
 CELLS_PER_JOB = ("block", "cell")      # mini: a block's cells of one precision per process; paper: one cell

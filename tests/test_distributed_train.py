@@ -104,6 +104,15 @@ def test_only_node_process_runs_distributed():
 
     with pytest.raises(ValueError, match="NodeProcess"):
         Simulator(cnn_fp32, topology=Topology(name="ring", n=2), engine=EngineCfg(executor="distributed"))
+    from lpdl_core.decentral.engine import NodeProcess
+
+    with pytest.raises(ValueError, match="process group of one process per node"):  # no group joined
+        NodeProcess(cnn_fp32, topology=Topology(name="ring", n=2), engine=EngineCfg(executor="distributed"))
+    from lpdl_core.cli import main
+
+    with pytest.raises(SystemExit) as e:  # lpdl demo runs its nodes in one process
+        main(["demo", "--executor", "distributed"])
+    assert e.value.code == 2
 
 
 def test_launch_helpers():

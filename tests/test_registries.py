@@ -300,7 +300,7 @@ def test_executors_registry_agrees_with_config():
     """The in-process executors are the registry's; the config adds the one-process-per-node one."""
     from lpdl_core.decentral.engine import distributed
 
-    assert EXECUTORS == tuple(executors_mod.REGISTRY)
+    assert EXECUTORS == tuple(executors_mod.REGISTRY) == config.IN_PROCESS_EXECUTORS
     assert config.EXECUTORS == EXECUTORS + (distributed.NAME,)
     assert all(cls.name == k for k, cls in executors_mod.REGISTRY.items())
 

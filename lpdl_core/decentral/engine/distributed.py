@@ -83,6 +83,9 @@ class NodeProcess(Simulator):
                  optim_cfg: OptimCfg = OptimCfg(), engine: EngineCfg = EngineCfg(),
                  loss_fn=F.cross_entropy, rank: int | None = None, timeout_s: float | None = None,
                  loop_rng: bool = True, noise=None):
+        if not dist.is_initialized():
+            raise ValueError("the distributed executor runs in a process group of one process per node "
+                             "(start it with `lpdl train --executor distributed`, torchrun or srun)")
         self.rank = dist.get_rank() if rank is None else rank
         if dist.get_world_size() != topology.n:
             raise ValueError(f"{topology.n} nodes need {topology.n} processes, got {dist.get_world_size()}")
