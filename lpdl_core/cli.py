@@ -81,6 +81,17 @@ def _positive_seconds(text: str) -> float:
     return v
 
 
+def _percent(text: str) -> float:
+    """An argparse type: a percentage in [0, 100)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= v < 100.0:
+        raise argparse.ArgumentTypeError(f"{v} is outside [0, 100)")
+    return v
+
+
 def _out_file(path: str | None, what: str = "output file") -> None:
     """ConfigError before any work unless `path`'s folder is writable (or creatable)."""
     if path:
@@ -173,7 +184,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 
     res = bench_step(model=a.model, nodes=a.nodes, batch=a.batch, steps=a.steps, warmup=a.warmup,
                      executor=a.executor, device=a.device, dataset=a.dataset,
-                     precisions=tuple(a.precisions.split(",")), progress=progress)
+                     precisions=tuple(a.precisions.split(",")), compression=a.compression, progress=progress)
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
@@ -590,6 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
     b.add_argument("--device", choices=DEVICES, default="auto", help=device)
     b.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, of: " + ", ".join(PRECISIONS))
+    b.add_argument("--compression", type=_percent, default=0.0, metavar="PERCENT",
+                   help="gossip messages: 0 = uncompressed (eta 1), else layer-wise top-k dropping this "
+                        "percentage (eta 0.01), e.g. 99")
     b.add_argument("--out", help=also_json)
     b.set_defaults(func=_cmd_bench)
 

@@ -22,12 +22,22 @@ def test_bench_json_report(tmp_path, capsys):
 
 def test_distributed_bench_splits_each_rank_step():
     """`lpdl bench --executor distributed`: n processes, each rank's step split into compute,
-    compression and communication (seconds per step, summing to its total)."""
-    rep = bench_step(model="resnet20", nodes=2, batch=2, steps=1, warmup=0, executor="distributed", device="cpu",
-                     precisions=("fp32",))
+    compression and communication (seconds per step, summing to its total); with --compression
+    the messages are top-k (about 1 % of the values plus their indices on the wire)."""
+    reps = {c: bench_step(model="resnet20", nodes=2, batch=2, steps=1, warmup=0, executor="distributed",
+                          device="cpu", precisions=("fp32",), compression=c) for c in (0.0, 99.0)}
+    rep = reps[0.0]
     assert rep["executor"] == "distributed" and rep["processes"] == 2 and rep["device"] == "cpu"
     res = rep["results"]["fp32"]
     assert res["median_s"] > 0 and [s["rank"] for s in res["split_per_rank"]] == [0, 1]
     for s in res["split_per_rank"]:
         assert s["steps"] == 1 and s["communication"] > 0
         assert s["total"] == pytest.approx(s["compute"] + s["compression"] + s["communication"])
+    full, top1 = (reps[c]["results"]["fp32"]["bytes_per_step_per_node"] for c in (0.0, 99.0))
+    assert reps[99.0]["compression"] == 99.0 and 0 < top1 < full / 20
+
+
+def test_bench_rejects_a_bad_compression(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--compression", "100"])
+    assert e.value.code == 2 and "outside [0, 100)" in capsys.readouterr().err

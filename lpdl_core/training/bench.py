@@ -2,7 +2,7 @@
 executor, one process per node with the time split by phase: lpdl_core.training.bench_dist).
 
 A step is one training iteration of all n nodes (forward, backward, local SGD step and one
-uncompressed gossip round) on random inputs of the model's size; data loading and evaluation are
+gossip round: DS, uncompressed or with top-k at `compression` %) on random inputs of the model's size; data loading and evaluation are
 excluded. CPU timing uses perf_counter; CUDA timing uses CUDA events after a synchronize. The
 first `warmup` steps are excluded.
 """
@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from ..decentral.algorithms.base import GossipCfg
+from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg, Simulator
 from ..decentral.topology import Topology
 from ..models.registry import build_model, input_size
@@ -39,10 +40,20 @@ def _time_step(sim: Simulator, x: torch.Tensor, y: torch.Tensor) -> float:
     return time.perf_counter() - t0
 
 
+def gossip_for(compression: float) -> GossipCfg:
+    """The bench's gossip: DS, uncompressed at η = 1, or layer-wise top-k dropping `compression` %
+    at η = 0.01 (the paper's 99 % setting)."""
+    if not 0 <= compression < 100:
+        raise ValueError(f"compression must be a percentage in [0, 100), got {compression}")
+    if compression == 0:
+        return GossipCfg()
+    return GossipCfg(eta=0.01, compressor=CompressorCfg(kind="topk", ratio=compression / 100))
+
+
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8"),
-               progress: Callable[[dict], None] | None = None) -> dict:
+               compression: float = 0.0, progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
     The precisions' steps are interleaved (FP step, LP step, FP step, ...), so a slow spell of a
@@ -52,15 +63,16 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     """
     report = progress or (lambda ev: None)
     size = input_size(model, dataset)
+    gossip = gossip_for(compression)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
-                 "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
+                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
     if executor == "distributed":  # n processes, each step split into compute / compression / communication
         from .bench_dist import bench_distributed
 
         dist = bench_distributed(model=model, nodes=nodes, batch=batch, steps=steps, warmup=warmup,
-                                 device=device, dataset=dataset, precisions=precisions)
+                                 device=device, dataset=dataset, precisions=precisions, gossip=gossip)
         out.update(dist, threads=dist["threads_per_rank"], device=dist.pop("device_kind"))
         _ratio(out)
         return out
@@ -71,7 +83,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         report({"event": "build", "precision": precision})
         make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
         sims[precision] = Simulator(make, topology=Topology(name="directed-ring", n=nodes),
-                                    gossip=GossipCfg(), engine=EngineCfg(executor=executor, device=device))
+                                    gossip=gossip, engine=EngineCfg(executor=executor, device=device))
         times[precision] = []
     sim = next(iter(sims.values()))
     x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)

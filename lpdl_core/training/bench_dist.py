@@ -1,7 +1,7 @@
 """Step-time benchmark of the distributed executor: n processes, one per node, on this host.
 
-Each rank builds the same model and graph as `bench.bench_step` (directed ring, uncompressed
-gossip, random inputs of the model's size), FP and 8-bit steps interleaved. A step starts on a
+Each rank builds the same model, graph and gossip as `bench.bench_step` (directed ring, DS,
+uncompressed or top-k, random inputs of the model's size), FP and 8-bit steps interleaved. A step starts on a
 barrier; its time is the slowest rank's (the graph's gossip makes every step as slow as it), and
 each rank's time is split into compute (forward/backward, local step, the algorithm's
 arithmetic), compression (packing C(v), unpacking what came in) and communication (posting the
@@ -43,7 +43,7 @@ def _rank(spec: dict, out: str) -> None:
     for precision in spec["precisions"]:
         qcfg = QuantCfg() if precision == "int8" else None
         make = lambda: build_model(spec["model"], precision=precision, dataset=spec["dataset"], qcfg=qcfg)  # noqa: B023,E731
-        nodes[precision] = NodeProcess(make, topology=Topology(name="directed-ring", n=n), gossip=GossipCfg(),
+        nodes[precision] = NodeProcess(make, topology=Topology(name="directed-ring", n=n), gossip=spec["gossip"],
                                        engine=EngineCfg(executor="distributed", device=device), loop_rng=False)
     node = next(iter(nodes.values()))
     gen = torch.Generator().manual_seed(0)
@@ -81,7 +81,8 @@ def _rank(spec: dict, out: str) -> None:
 
 
 def bench_distributed(*, model: str, nodes: int, batch: int, steps: int, warmup: int, device: str,
-                      dataset: str | None, precisions: tuple[str, ...], timeout_s: float = 300.0) -> dict:
+                      dataset: str | None, precisions: tuple[str, ...], gossip: GossipCfg = GossipCfg(),
+                      timeout_s: float = 300.0) -> dict:
     """Median seconds per step of the n ranks for each precision, with each rank's phase split."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
@@ -90,7 +91,7 @@ def bench_distributed(*, model: str, nodes: int, batch: int, steps: int, warmup:
                         f"{torch.cuda.device_count()} GPUs here (use --device cpu, or fewer --nodes)")
     spec = {"model": model, "dataset": dataset, "size": input_size(model, dataset), "batch": batch,
             "steps": steps, "warmup": warmup, "precisions": list(precisions), "device": "cuda" if cuda else "cpu",
-            "threads": max(1, cpus // nodes), "progress": True}
+            "threads": max(1, cpus // nodes), "progress": True, "gossip": gossip}
     with tempfile.TemporaryDirectory(prefix="lpdl-bench-") as tmp:
         out = Path(tmp) / "results.json"
         codes = p2p.launch(_rank, spec, str(out), world_size=nodes,
