@@ -59,37 +59,25 @@ def _count(lo: int, hi: int | None = None):
     return parse
 
 
-def _unit(text: str) -> float:
-    """An argparse type: a number in [0, 1]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"{v} is outside [0, 1]")
-    return v
+def _real(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False):
+    """An argparse type: a number in the interval from lo to hi (each end closed unless open);
+    NaN is never in it."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not ((lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)):
+            raise argparse.ArgumentTypeError(f"{v} is outside {'(' if lo_open else '['}{lo}, {hi}"
+                                             f"{')' if hi_open else ']'}")
+        return v
+    parse.__name__ = "number"
+    return parse
 
 
-def _positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < v < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds > 0")
-    return v
-
-
-def _percent(text: str) -> float:
-    """An argparse type: a percentage in [0, 100)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= v < 100.0:
-        raise argparse.ArgumentTypeError(f"{v} is outside [0, 100)")
-    return v
+_unit = _real(0, 1)                                          # a fraction, e.g. the skew
+_percent = _real(0, 100, hi_open=True)                       # a percentage dropped
+_positive_seconds = _real(0, float("inf"), lo_open=True, hi_open=True)  # a finite timeout
 
 
 def _out_file(path: str | None, what: str = "output file") -> None:

@@ -7,6 +7,7 @@ import pickle
 from pathlib import Path
 
 import torch
+from kill_helpers import Killed, kill_after_epoch
 from torch import nn
 
 from lpdl_core.data.registry import load_dataset
@@ -60,10 +61,6 @@ def run(name: str, executor: str, checkpoint=None, progress=None):
                  checkpoint=checkpoint, progress=progress)
 
 
-class Killed(Exception):
-    pass
-
-
 def rank_runs(names: list[str], out_dir: str, kill_epoch: int | None = None, checkpoint: bool = False) -> None:
     """Rank side: each run distributed; rank r pickles its RunResult (and the events it saw) to
     out_dir/<name>-<r>.pkl. kill_epoch: every rank stops after that epoch (the checkpoint stays)."""
@@ -71,13 +68,13 @@ def rank_runs(names: list[str], out_dir: str, kill_epoch: int | None = None, che
 
     torch.set_num_threads(1)
     rank = dist.get_rank()
+    kill = kill_after_epoch(kill_epoch) if kill_epoch is not None else (lambda ev: None)
     for name in names:
         events: list = []
 
         def progress(ev, events=events):
             events.append(ev)
-            if kill_epoch is not None and ev["event"] == "epoch" and ev["epoch"] == kill_epoch:
-                raise Killed
+            kill(ev)
 
         ck = Path(out_dir) / name / "checkpoint.pt" if checkpoint else None
         try:

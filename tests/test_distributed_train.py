@@ -12,6 +12,7 @@ takes exactly the uninterrupted one's path (same processes, same order): equal b
 """
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 from pathlib import Path
@@ -155,7 +156,7 @@ def _lpdl(*args, timeout=600):
     import subprocess
 
     return subprocess.run([sys.executable, "-m", "lpdl_core", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**__import__("os").environ, "OMP_NUM_THREADS": "2"})
+                          timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "2"})
 
 
 @pytest.mark.slow
@@ -201,7 +202,6 @@ def _rank_pid(rank: int) -> int | None:
 def test_a_killed_rank_fails_lpdl_train_in_time(tmp_path):
     """kill -9 of one rank mid-run: the command exits non-zero within the timeout (torchrun stops
     the other ranks), and a rerun resumes from the ranks' checkpoints and finishes."""
-    import os
     import signal
     import subprocess
     import time

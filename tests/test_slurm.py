@@ -251,9 +251,8 @@ def test_a_distributed_cell_runs_as_one_slurm_job_of_n_tasks(slurm_cluster, tmp_
     small_paper_dir(repo / "small", table="table4", cell=cell)
     text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table4]", "executor=distributed",
                                      "dist_timeout=120")
-    train_ids = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+) \(log: [^)]*rule_train", text)
-    if not train_ids:  # the plugin's line without the log path: find the train job by its log
-        train_ids = [p.stem for p in (repo / "results/slurm-logs").rglob("*.log") if "rule_train" in str(p)]
+    # the train job's SLURM log is results/slurm-logs/rule_train_.../<jobid>.log
+    train_ids = [p.stem for p in (repo / "results/slurm-logs").rglob("*.log") if "rule_train" in str(p)]
     assert len(train_ids) == 1, text[-4000:]
     q = subprocess.run(["squeue", "-h", "-t", "all", "-j", train_ids[0], "-o", "%T %D %C"],
                        capture_output=True, text=True, timeout=30)

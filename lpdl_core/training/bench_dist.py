@@ -54,7 +54,7 @@ def _rank(spec: dict, out: str) -> None:
     for i in range(spec["warmup"] + spec["steps"]):
         for precision, nd in nodes.items():
             if i == spec["warmup"]:
-                nd.clock = dict.fromkeys(nd.clock, 0) | {"steps": 0}  # time the timed steps only
+                nd.reset_clock()  # time the timed steps only
             dist.barrier()
             t0 = time.perf_counter()
             nd.train_step(x, y, 0.01)

@@ -101,7 +101,7 @@ class NodeProcess(Simulator):
         super().__init__(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg,
                          engine=replace(engine, executor=own), loss_fn=loss_fn)
         self.rows = slice(self.rank, self.rank + 1)
-        self.clock = dict.fromkeys(PHASES, 0.0) | {"steps": 0}  # seconds spent, see `step_split`
+        self.reset_clock()
         if loop_rng and not isinstance(self.executor, LoopExecutor):
             raise ValueError("loop_rng replays the loop executor's RNG stream: use the loop executor")
         if self.x.dtype != wire.WEIGHT_DTYPE:
@@ -168,6 +168,10 @@ class NodeProcess(Simulator):
         self.clock["compute"] -= sum(self.clock[k] - before[k] for k in PHASES if k != "compute")
         self.clock["steps"] += 1
         return losses
+
+    def reset_clock(self) -> None:
+        """Start timing afresh: seconds spent per phase and steps timed (see `step_split`)."""
+        self.clock = dict.fromkeys(PHASES, 0.0) | {"steps": 0}
 
     def step_split(self) -> dict:
         """Mean seconds per training step of this rank, by phase: compute (forward/backward, local
