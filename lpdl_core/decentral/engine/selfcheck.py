@@ -10,6 +10,7 @@ Exit status 0 when every rank matches (|x - x_loop| <= 1e-5 and the same bytes),
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -68,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         diff = float((node.x[0] - sim.x[rank]).abs().max())
         ok = diff <= 1e-5 and float(sim.bytes_sent[rank]) == float(node.bytes_sent[0])
         line += f" (simulator {int(sim.bytes_sent[rank])}), max |x - x_loop| = {diff:.2e}"
-    print(line + ("" if ok else "  MISMATCH"), flush=True)
+    # One write(2) per line: ranks share the launcher's stdout, and print() under
+    # PYTHONUNBUFFERED writes the text and its newline separately, so lines interleave.
+    os.write(sys.stdout.fileno(), (line + ("" if ok else "  MISMATCH") + "\n").encode())
     dist.destroy_process_group()
     return 0 if ok else 1
 
