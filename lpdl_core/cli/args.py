@@ -1,0 +1,80 @@
+"""The command line's building blocks: its parser and help classes, argument types, size limits
+and the early check of an output file."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import LpdlError
+
+# Upper bounds that stop absurd sizes before anything is allocated.
+MAX_NODES = {"topology": 1024, "partition": 1024, "demo": 64, "bench": 256}
+MAX_BATCH = 4096
+DEFAULT_TIMEOUT_S = 300.0  # == lpdl_core.pipeline.ranks.DEFAULT_TIMEOUT_S (torch-free copy; a test checks)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with `(default: X)` where X says something: not for flags, nor for
+    None (not given; the help says what that means), nor where the help already names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        d, text = action.default, action.help or ""
+        if d is None or d is False or d == [] or d == argparse.SUPPRESS or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line: `lpdl <cmd>: error: <why>`, exit 2, and help
+    that shows defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _count(lo: int, hi: int | None = None):
+    """An argparse type: an integer in [lo, hi]."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is outside [{lo}, {hi if hi is not None else '...'}]")
+        return v
+    parse.__name__ = "integer"
+    return parse
+
+
+def _real(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False):
+    """An argparse type: a number in the interval from lo to hi (each end closed unless open);
+    NaN is never in it."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not ((lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)):
+            raise argparse.ArgumentTypeError(f"{v} is outside {'(' if lo_open else '['}{lo}, {hi}"
+                                             f"{')' if hi_open else ']'}")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+_unit = _real(0, 1)                                          # a fraction, e.g. the skew
+_percent = _real(0, 100, hi_open=True)                       # a percentage dropped
+_positive_seconds = _real(0, float("inf"), lo_open=True, hi_open=True)  # a finite timeout
+
+
+def _out_file(path: str | None, what: str = "output file") -> None:
+    """ConfigError before any work unless `path`'s folder is writable (or creatable)."""
+    if path:
+        from ..pipeline.runstore import check_writable_dir
+        if Path(path).is_dir():
+            raise LpdlError(f"{what} {path}: is a folder, not a file")
+        check_writable_dir(Path(path).parent if Path(path).parent != Path("") else Path("."), what)

@@ -1,0 +1,63 @@
+"""`main`, the `lpdl` entry point: parse, set up logging, run the command, and turn an expected
+failure into one line on stderr."""
+from __future__ import annotations
+
+import logging
+import sys
+
+from ..errors import LpdlError
+from .parser import _version, build_parser
+
+log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
+
+
+def _setup_logging(level: int = logging.INFO) -> None:
+    """Progress and notices (the CLI's and the library's: a rebuilt cache, ...) as one `lpdl: ...`
+    line each on stderr, from `level` up."""
+
+    class CurrentStderr(logging.StreamHandler):
+        """Writes to whatever sys.stderr is at the time of the record (tests swap it)."""
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, _value):
+            pass
+
+    logger = logging.getLogger("lpdl")
+    if not logger.handlers:
+        handler = CurrentStderr()
+        handler.setFormatter(logging.Formatter("lpdl: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (a launcher passes them on)
+    _setup_logging(args.log_level)
+    options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "log_level", "argv")}
+    log.debug("lpdl %s (python %s), command %s, options: %s", _version(), sys.version.split()[0], args.command,
+              ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none")
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # e.g. `lpdl cells | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print(f"lpdl {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (LpdlError, ValueError, OSError) as e:  # expected failures: one clear line
+        print(f"lpdl {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one line: OSErrors name their file; line breaks become spaces."""
+    if isinstance(e, OSError) and not isinstance(e, LpdlError) and e.filename is not None:
+        text = f"{e.strerror or type(e).__name__}: {e.filename}"
+    else:
+        text = str(e) or type(e).__name__
+    return " ".join(text.split())

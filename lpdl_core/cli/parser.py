@@ -1,0 +1,226 @@
+"""`build_parser`: the `lpdl` parser with every command, its options and their help; the version
+that `lpdl --version` prints."""
+from __future__ import annotations
+
+import argparse
+import logging
+
+from .args import (
+    DEFAULT_TIMEOUT_S,
+    MAX_BATCH,
+    MAX_NODES,
+    OneLineParser,
+    _count,
+    _percent,
+    _positive_seconds,
+    _unit,
+)
+from .library_commands import _cmd_bench, _cmd_demo, _cmd_models, _cmd_partition, _cmd_topology
+from .pipeline_commands import (
+    _cmd_aggregate,
+    _cmd_cells,
+    _cmd_cost,
+    _cmd_partition_figures,
+    _cmd_prefetch,
+    _cmd_report,
+    _cmd_targets,
+    _cmd_timing,
+    _cmd_unlock,
+)
+from .train import _cmd_train
+
+
+def _version() -> str:
+    """The installed distribution's version, else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lpdl_core")
+    except PackageNotFoundError:
+        import lpdl_core
+        return getattr(lpdl_core, "__version__", "unknown")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..config import (
+        CELLS_PER_JOB,
+        CNN_MODELS,
+        DEVICES,
+        EXECUTORS,
+        GRAPHS,
+        IN_PROCESS_EXECUTORS,
+        IMAGE_DATASETS,
+        PRECISIONS,
+        PROFILES,
+        TABLES,
+    )
+    from ..decentral.partition import KNOWN_CLASS_SIZES
+
+    device = "where to compute: auto (CUDA when available), cpu or cuda"
+    executor = ("how the n nodes run: loop (one node after another) or batched (vmap), both in this process, "
+                "or distributed (one process per node over torch.distributed); the same math")
+    paper_dir = ("folder of cell tables (table1.csv, ..., fig1.csv); default: the paper's cells packaged "
+                 "with lpdl")
+    profile = "protocol: mini (embedded stand-ins, a laptop) or paper (the paper's); default: the folder's name"
+    seeds = "only this seed (repeatable; default: every seed found)"
+    skew = "fraction of each node's data drawn from its own classes, in [0, 1]"
+    also_json = "also write the JSON to this file (not given: stdout only)"
+
+    p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
+                                "(Aketi, Kodge, Roy 2021): core tools")
+    p.add_argument("--version", action="version", version=f"lpdl {_version()}")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", dest="log_level", action="store_const", const=logging.DEBUG,
+                      default=logging.INFO, help="also print debug messages on stderr "
+                      "(default: progress lines and notices)")
+    loud.add_argument("-q", "--quiet", dest="log_level", action="store_const", const=logging.WARNING,
+                      help="print only warnings and errors on stderr: no progress lines or bars")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text.replace("%%", "%"))
+
+    t = command("topology", "print a graph's mixing matrix W, neighbours and SLEM")
+    t.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
+    t.add_argument("--nodes", type=_count(1, MAX_NODES["topology"]), default=8, help="number of nodes")
+    t.add_argument("--rows", type=int, default=None, help="torus rows, a divisor of --nodes (default: squarest)")
+    t.add_argument("--seed", type=int, default=0, help="random-directed graph seed")
+    t.add_argument("--t", type=_count(0), default=0, help="iteration whose W is shown (time-varying graphs)")
+    t.set_defaults(func=_cmd_topology)
+
+    q = command("partition", "print the paper's skew partition per node")
+    q.add_argument("--dataset", choices=sorted(KNOWN_CLASS_SIZES),
+                   help="take the class sizes of this dataset (give this or --class-sizes)")
+    q.add_argument("--class-sizes", help="comma-separated class sizes, e.g. 5000,5000,... (give this or --dataset)")
+    q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8, help="number of nodes")
+    q.add_argument("--skew", type=_unit, default=0.8, help=skew)
+    q.add_argument("--seed", type=int, default=1234, help="partition seed (official: 1234)")
+    q.add_argument("--out", help="also write the histogram table to this .csv or .json file")
+    q.add_argument("--format", choices=("csv", "json"), help="format of --out (default: json for a .json file, else csv)")
+    q.set_defaults(func=_cmd_partition)
+
+    d = command("demo", "DS vs CHOCO at 0%% and 99%% compression on embedded digits")
+    d.add_argument("--epochs", type=_count(1, 10000), default=20, help="training epochs of each run")
+    d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8, help="number of nodes")
+    d.add_argument("--skew", type=_unit, default=0.8, help=skew)
+    d.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
+    d.add_argument("--executor", choices=IN_PROCESS_EXECUTORS, default="loop",
+                   help="how the n nodes run in this process: loop (one node after another) or batched (vmap)")
+    d.add_argument("--device", choices=DEVICES, default="auto", help=device)
+    d.add_argument("--quiet", action="store_true", help="no progress bar (as lpdl -q)")
+    d.set_defaults(func=_cmd_demo)
+
+    b = command("bench", "FP vs 8-bit step time of the n-node simulator, or of n processes with "
+                "--executor distributed (split into compute, compression and communication) (JSON)")
+    b.add_argument("--model", choices=CNN_MODELS, default="resnet20", help="the model to time")
+    b.add_argument("--dataset", choices=IMAGE_DATASETS, default=None,
+                   help="the input size to build for (default: the model's own dataset)")
+    b.add_argument("--nodes", type=_count(1, MAX_NODES["bench"]), default=8, help="number of nodes")
+    b.add_argument("--batch", type=_count(1, MAX_BATCH), default=32, help="batch per node")
+    b.add_argument("--steps", type=_count(1, 100000), default=10, help="timed steps")
+    b.add_argument("--warmup", type=_count(0, 100000), default=2, help="untimed steps before them")
+    b.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    b.add_argument("--device", choices=DEVICES, default="auto", help=device)
+    b.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, of: " + ", ".join(PRECISIONS))
+    b.add_argument("--compression", type=_percent, default=0.0, metavar="PERCENT",
+                   help="gossip messages: 0 = uncompressed (eta 1), else layer-wise top-k dropping this "
+                        "percentage (eta 0.01), e.g. 99")
+    b.add_argument("--out", help=also_json)
+    b.set_defaults(func=_cmd_bench)
+
+    tr = command("train", "run paper cells (each resumes from its checkpoint; skips if done)")
+    tr.add_argument("--cell", required=True, action="append",
+                    help="cell id, see `lpdl cells`; repeat to run several in one process")
+    tr.add_argument("--profile", choices=PROFILES, default="mini",
+                    help="protocol: mini (embedded stand-ins, a laptop) or paper (the paper's)")
+    tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
+                    "with several cells a template holding {cell}")
+    tr.add_argument("--seed", type=_count(0), default=None, help="random seed (default: the cell's own, 1234)")
+    tr.add_argument("--paper-dir", default=None, help=paper_dir)
+    tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
+    tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
+    tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    tr.add_argument("--dist-timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                    help="distributed executor: bound on the rendezvous and on every wait for another rank "
+                         "(a dead or stuck rank fails the job after it; default %(default)g)")
+    fid = tr.add_mutually_exclusive_group()
+    fid.add_argument("--fidelity", nargs="*", default=[], metavar="KEY=VALUE",
+                     help="official-code behaviours: one preset (paper | official) or options, e.g. "
+                          "quant_ranges=gossiped choco_form=code (not given: the paper's)")
+    fid.add_argument("--fidelity-json", default=None, metavar="JSON",
+                     help='the same as one JSON object with typed values, e.g. {"quant_ranges": "gossiped"} or "official" '
+                          "(how the workflow passes them)")
+    tr.add_argument("--offline", action="store_true",
+                    help="download nothing (as every workflow train job): datasets are read as they are, "
+                         "HF_HUB_OFFLINE=1; a missing one is an error naming `lpdl prefetch`")
+    tr.set_defaults(func=_cmd_train)
+
+    pr = command("prefetch", "fetch and verify the datasets and pretrained models the cells load (JSON manifest)")
+    pr.add_argument("--profile", choices=PROFILES, default="paper",
+                    help="protocol whose runs' data is fetched (mini: embedded stand-ins, nothing to fetch)")
+    pr.add_argument("--table", action="append", choices=TABLES, help="only these tables' cells (repeatable; default all)")
+    pr.add_argument("--paper-dir", default=None, help=paper_dir)
+    pr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
+    pr.add_argument("--fidelity-json", action="append", metavar="JSON",
+                    help="a fidelity mode whose runs' data is fetched, as `lpdl train --fidelity-json` "
+                         "(repeatable; default: the paper's)")
+    pr.add_argument("--out", help="also write the manifest to this file (not given: stdout only)")
+    pr.set_defaults(func=_cmd_prefetch)
+
+    ce = command("cells", "list the paper's cells (one training run each)")
+    ce.add_argument("--paper-dir", default=None, help=paper_dir)
+    ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default: all)")
+    ce.set_defaults(func=_cmd_cells)
+
+    r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")
+    r.add_argument("--results", default="results/mini", help="results/<profile> folder")
+    r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
+    r.add_argument("--paper-dir", default=None, help=paper_dir)
+    r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
+    r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
+    r.add_argument("--compare", metavar="DIR", default=None,
+                   help="another results folder of the same profile in the other fidelity mode, shown side by "
+                        "side (not given: no comparison)")
+    r.set_defaults(func=_cmd_report)
+
+    ag = command("aggregate", "a results folder's runs -> runs.csv, curves.csv, tables/*.csv")
+    ag.add_argument("results", help="results/<profile> holding runs/")
+    ag.add_argument("--profile", choices=PROFILES, default=None, help=profile)
+    ag.add_argument("--paper-dir", default=None, help=paper_dir)
+    ag.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
+    ag.add_argument("--seed", type=_count(0), action="append", help=seeds)
+    ag.set_defaults(func=_cmd_aggregate)
+
+    co = command("cost", "Figure 3's compute and memory cost model (JSON)")
+    co.add_argument("--device", choices=DEVICES, default="auto", help=device + "; measures peak memory on CUDA")
+    co.add_argument("--out", help=also_json + " (e.g. results/mini/cost.json)")
+    co.set_defaults(func=_cmd_cost)
+
+    pf = command("partition-figures", "Figures 2, 5-7: per-node class counts of the paper's partitions (CSV)")
+    pf.add_argument("--out", help="write the CSV here (e.g. results/mini/partitions.csv); default: print it")
+    pf.set_defaults(func=_cmd_partition_figures)
+
+    m = command("models", "every model with its FP and LP parameter counts (Table 1)")
+    m.set_defaults(func=_cmd_models)
+
+    ti = command("timing", "where a pipeline run's time went (JSON): job start-up vs training")
+    ti.add_argument("results", help="results/<profile> of a finished run")
+    ti.add_argument("--profile", choices=PROFILES, default=None, help=profile)
+    ti.add_argument("--cells-per-job", choices=CELLS_PER_JOB, default=None,
+                    help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
+    ti.add_argument("--seed", type=int, action="append", help=seeds)
+    ti.add_argument("--paper-dir", default=None, help=paper_dir)
+    ti.add_argument("--out", help=also_json)
+    ti.set_defaults(func=_cmd_timing)
+
+    tg = command("targets", "check the mini profile's learning targets on finished runs")
+    tg.add_argument("results", help="results/<profile> of a finished run")
+    tg.add_argument("--seed", type=int, action="append", help=seeds)
+    tg.add_argument("--paper-dir", default=None, help=paper_dir)
+    tg.add_argument("--out", help="also write the checks as JSON to this file (not given: only the table)")
+    tg.set_defaults(func=_cmd_targets)
+
+    u = command("unlock", "clear Snakemake's lock if no live Snakemake works in the folder")
+    u.add_argument("--directory", default=".", help="the workflow folder (default: here)")
+    u.set_defaults(func=_cmd_unlock)
+    return p

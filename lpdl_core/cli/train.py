@@ -1,0 +1,173 @@
+"""`lpdl train`: one or several paper cells in one process, each in its own run folder; with
+--executor distributed, one process per node (started under torchrun when run by hand)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..errors import LpdlError
+
+log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
+
+
+def _fidelity(a: argparse.Namespace):
+    """The run's Fidelity: from --fidelity-json (typed JSON values, as the workflow passes them) or
+    from --fidelity KEY=VALUE strings (each value spelled exactly as one of the allowed ones)."""
+    import json
+
+    from ..config import Fidelity
+
+    if a.fidelity_json is None:
+        return Fidelity.from_pairs(a.fidelity)
+    try:
+        values = json.loads(a.fidelity_json)
+    except json.JSONDecodeError as e:
+        raise LpdlError(f"--fidelity-json: not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(values, (dict, str)):
+        raise LpdlError(f"--fidelity-json: expected a JSON object or a preset name, got {type(values).__name__}")
+    return Fidelity.from_mapping(values)
+
+
+def _cmd_train(a: argparse.Namespace) -> int:
+    """One cell, or several in one process (a Snakemake bundle: the torch import and data load
+    are paid once). Each cell keeps its own run folder, checkpoint and resume. In the mini
+    profile a cell whose run is identical to an earlier listed cell's is not trained again
+    (lpdl_core.pipeline.mini.same_runs). A failing cell does not stop the others; the exit status is 1
+    if any failed."""
+    import os
+
+    from ..pipeline.cells import cells_by_id, load_cells
+    from ..pipeline.mini import same_runs
+
+    if a.offline:  # before anything imports huggingface_hub (it reads these once, at import)
+        from ..pipeline.prefetch import OFFLINE_ENV
+        os.environ.update(OFFLINE_ENV)
+    cells = cells_by_id(load_cells(a.paper_dir))
+    unknown = [c for c in a.cell if c not in cells]
+    if unknown:
+        raise LpdlError(f"unknown cell {unknown[0]!r} (see `lpdl cells`)")
+    if len(set(a.cell)) > 1 and "{cell}" not in a.out:
+        raise LpdlError("--out must contain {cell} when several --cell are given "
+                        "(e.g. results/mini/runs/{cell}/seed1234)")
+    fidelity = _fidelity(a)
+    todo = [cells[c] for c in dict.fromkeys(a.cell)]
+    group = None
+    if a.executor == "distributed":
+        from ..pipeline.ranks import Group, in_group
+
+        if not in_group():
+            return _launch_ranks(a, todo)
+        group = Group.join(a.executor, device=a.device, timeout_s=a.dist_timeout)
+        if group.rank != 0:  # rank 0 speaks for the run
+            log.setLevel(max(log.level, logging.WARNING))
+    shared = same_runs(todo) if a.profile == "mini" else {}
+    out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
+    failed = []
+    for i, cell in enumerate(todo, 1):
+        if len(todo) > 1:
+            log.info("[%d/%d] %s", i, len(todo), cell.cell_id)
+        try:
+            if cell.cell_id in shared:
+                if group is None or group.rank == 0:
+                    _share_one(a, cell, cells[shared[cell.cell_id]], out_of, fidelity)
+                if group is not None:
+                    group.barrier()
+            else:
+                _train_one(a, cell, out_of(cell.cell_id), fidelity, group)
+        except (LpdlError, ValueError, OSError) as e:
+            if len(todo) == 1 or group is not None:  # a rank cannot go on alone: the job fails
+                raise
+            failed.append(cell.cell_id)
+            print(f"lpdl train: error: [{cell.cell_id}] {e}", file=sys.stderr, flush=True)
+    if group is not None:
+        group.leave()
+    if failed:
+        print(f"lpdl train: error: {len(failed)} of {len(todo)} cells failed: {', '.join(failed)}",
+              file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _launch_ranks(a: argparse.Namespace, todo) -> int:
+    """`lpdl train --executor distributed` started by hand: the same command in n processes, one
+    per node, under torchrun (lpdl_core.pipeline.ranks); its exit status."""
+    from ..pipeline.ranks import child_env, run_children, torchrun_argv
+
+    nodes = {c.nodes for c in todo}
+    if len(nodes) > 1:
+        raise LpdlError("the cells of one distributed launch must have the same number of nodes, got "
+                        + ", ".join(f"{c.cell_id} ({c.nodes})" for c in todo))
+    n = nodes.pop()
+    log.info("train: starting %d processes (one per node) with torchrun", n)
+    return run_children(torchrun_argv(n, a.argv), child_env(n))
+
+
+def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
+    from ..pipeline.runcell import share_run
+
+    m = share_run(cell, primary, out_of(primary.cell_id), out_of(cell.cell_id), a.profile, seed=a.seed,
+                  fidelity=fidelity)
+    print(f"[{cell.cell_id}] same run as {primary.cell_id}: mean node acc {m['final']['mean_acc']:.2f} "
+          f"(computed once) -> {out_of(cell.cell_id)}", flush=True)
+
+
+def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> None:
+    import time
+    from contextlib import nullcontext
+
+    from ..pipeline.runcell import run_cell
+
+    t0 = time.time()
+    name = cell.cell_id
+    log.debug("[%s] profile %s, seed %s, device %s, executor %s, data root %s, fidelity %s -> %s", name,
+              a.profile, a.seed if a.seed is not None else "the cell's", a.device, a.executor,
+              a.data_root or "$LPDL_DATA or ./data", fidelity, out)
+    # in a terminal: a progress bar over epochs (log lines printed above it); always: one INFO
+    # log line per epoch with an ETA (on stderr; the cell's outcome goes to stdout)
+    bar, above_bar = None, nullcontext()
+    if sys.stderr.isatty() and log.isEnabledFor(logging.INFO):
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+        bar = tqdm(total=None, unit="epoch", desc=name, file=sys.stderr, leave=False)
+        above_bar = logging_redirect_tqdm([logging.getLogger("lpdl")])
+
+    def progress(ev: dict) -> None:
+        if ev["event"] == "restored":
+            log.info(f"[{name}] restored the finished result of exactly these settings and this code "
+                     f"from {ev['source']} (nothing to recompute)")
+        elif ev["event"] == "checkpoint-set-aside":
+            log.warning(f"[{name}] {ev['path']} cannot be used ({ev['reason']}); moved it to "
+                        f"{ev['moved_to']} and started the cell from scratch")
+        elif ev["event"] == "resumed":
+            log.info(f"[{name}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
+            if bar is not None:
+                bar.reset(total=ev["epochs"])
+                bar.update(ev["epoch"])
+        elif ev["event"] == "epoch":
+            done = ev["epoch"] + 1
+            eta = (time.time() - t0) / max(done, 1) * (ev["epochs"] - done)
+            log.info(f"[{name}] epoch {done}/{ev['epochs']} lr {ev['lr']:.4g} loss {ev['train_loss']:.4f} "
+                     f"acc {ev['mean_acc']:.2f} avg-model {ev['avg_model_acc']:.2f} "
+                     f"consensus {ev['consensus_distance']:.3g} eta {eta:.0f}s")
+            if bar is not None:
+                bar.total = ev["epochs"]
+                bar.set_postfix(loss=f"{ev['train_loss']:.3f}", acc=f"{ev['mean_acc']:.1f}")
+                bar.update(done - bar.n)
+
+    try:
+        with above_bar:
+            m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
+                         executor=a.executor, data_root=a.data_root, progress=progress, offline=a.offline,
+                         group=group)
+    finally:
+        if bar is not None:
+            bar.close()
+    if group is not None and group.rank != 0:
+        return
+    f = m["final"]  # the cell's outcome: a result, on stdout
+    if m["status"] == "ok":
+        print(f"[{name}] ok: mean node acc {f['mean_acc']:.2f} avg-model {f['avg_model_acc']:.2f} "
+              f"({m['wall_time_s']:.1f}s) -> {out}", flush=True)
+    else:
+        print(f"[{name}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s) -> {out}", flush=True)
