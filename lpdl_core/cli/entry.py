@@ -11,24 +11,24 @@ from .parser import _version, build_parser
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of the record (tests swap it)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):  # StreamHandler.__init__ assigns a stream: ignored, always the current one
+        return
+
+
 def _setup_logging(level: int = logging.INFO) -> None:
     """Progress and notices (the CLI's and the library's: a rebuilt cache, ...) as one `lpdl: ...`
     line each on stderr, from `level` up."""
-
-    class CurrentStderr(logging.StreamHandler):
-        """Writes to whatever sys.stderr is at the time of the record (tests swap it)."""
-
-        @property
-        def stream(self):
-            return sys.stderr
-
-        @stream.setter
-        def stream(self, _value):
-            pass
-
     logger = logging.getLogger("lpdl")
     if not logger.handlers:
-        handler = CurrentStderr()
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("lpdl: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(level)

@@ -101,7 +101,8 @@ class Checkpoints:
                progress: Progress | None) -> tuple[list, int, float] | None:
         """Restore the latest usable epoch (every rank's, for a distributed run) into sim and the
         RNGs: (curve, next epoch, elapsed), or None (start from scratch; rebuild sim first if
-        `dirty`). Unusable files are set aside. A distributed run calls this on every rank (it gathers the ranks' epochs)."""
+        `dirty`). Unusable files are set aside. A distributed run calls this on every rank (it
+        gathers the ranks' epochs)."""
         found: dict[int, dict] = {}
         for path in (self.file, self.prev):
             if path is None or not path.exists():

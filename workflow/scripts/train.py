@@ -5,8 +5,9 @@ What defines the runs reaches the job through params (the cells, the mode's fide
 params.identity reruns a job when one of its runs changes). How the job runs (device, executor,
 data root, paper-table folder, threads) comes from the config, so changing it, or the spelling of a
 path, never reruns a finished cell. With `executor: distributed` the job runs one process per node
-(torchrun started by `lpdl train`, or srun in a SLURM job of n tasks). The job runs offline (--offline, HF_HUB_OFFLINE=1): the
-download rule fetched and verified its data and pretrained weights beforehand."""
+(torchrun started by `lpdl train`, or srun in a SLURM job of n tasks). The job runs offline
+(--offline, HF_HUB_OFFLINE=1): the download rule fetched and verified its data and pretrained
+weights beforehand."""
 import os
 import sys
 
@@ -21,7 +22,7 @@ os.environ["OMP_NUM_THREADS"] = str(sm.threads)
 if cfg["executor"] == "distributed":
     # one process per node: `lpdl train` starts them with torchrun on this host, or, in a SLURM job
     # of n tasks (the slurm profile; resources mpi/tasks), srun starts one per task here
-    argv += ["--dist-timeout", str(cfg.get("dist_timeout", 300))]
+    argv += ["--dist-timeout", str(cfg["dist_timeout"])]  # the schema's default when unset
     tasks = int(sm.resources.get("tasks", 1) or 1)
     if tasks > 1 and "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) >= tasks:
         from lpdl_core.pipeline.ranks import slurm_master_env

@@ -32,21 +32,20 @@ the initialisations), so this layer never imports the quantizer. Other global dr
 forward/backward. Costs (n - 1) times the noise draws of one node; loop_rng=False skips it (each
 process then draws its own noise from the same seed).
 
-Not an `engine.executor` name: `loop` and `batched` run the n nodes' forward/backward inside one
-Simulator (make_executor builds them there); this executor replaces the Simulator in each of n
-processes, so it is entered through `NodeProcess` (and `main` under torchrun or srun).
+Not one of `make_executor`'s names: `loop` and `batched` run the n nodes' forward/backward inside
+one Simulator; this executor replaces the Simulator in each of n processes (`NodeProcess`, its own
+forward/backward on the loop executor).
 
 Bytes sent are counted from the tensors that left the process; for float32 state they equal the
 simulator's exact byte metric (`compress.message_bytes`). The result equals the loop executor's
 row i up to float summation order in Σ_j W_ij y_j (one dot product of the row instead of the
 (n, n) matmul): tests/test_distributed.py measures it. The averaged model z̄ and the consensus
-distance, for evaluation only, are all-reduced across the ranks. Checkpoints and the training
-pipeline do not know this executor yet.
+distance, for evaluation only, are all-reduced across the ranks. `state_dict` adds the wire's
+state (unsent history, each edge's last active round), so a resumed rank continues the same
+messages (`lpdl_core.training.checkpoint` saves one file per rank).
 
-A self-check of a cluster's setup (4 ranks against the loop simulator on a tiny model):
-    torchrun --nproc-per-node 4 -m lpdl_core.decentral.engine.selfcheck
-(`lpdl_core.decentral.engine.selfcheck`); training runs use it through `lpdl train --executor
-distributed` (lpdl_core.training.train).
+Training runs use it through `lpdl train --executor distributed`; a cluster's set-up is checked by
+`torchrun --nproc-per-node 4 -m lpdl_core.decentral.engine.selfcheck` (4 ranks against the loop).
 """
 from __future__ import annotations
 
