@@ -59,6 +59,24 @@ MINI_STANDINS = {
 GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N | --gres=gpu:N
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
+# ---- limits: the largest values lpdl accepts, one home for the command line (lpdl_core.cli.args),
+# the cells CSVs (lpdl_core.pipeline.cells) and the workflow config (with_vocabulary) ---------------
+# A seed reaches numpy's legacy RandomState (scikit-learn's random_state), which takes 32 bits, and
+# torch generators (64 bits; a run seeds seed, seed + 1 and seed + 2): 2**32 - 1 fits every one.
+MAX_SEED = 2**32 - 1
+MAX_SEEDS = 100              # seeds of one workflow run: each is a full run of every cell
+# nodes per command: what a graph can still be printed for, a simulator still holds in memory
+MAX_NODES = {"topology": 1024, "partition": 1024, "demo": 64, "bench": 256}
+MAX_BATCH = 4096             # samples per node and step (lpdl bench)
+MAX_DEMO_EPOCHS = 10000      # lpdl demo / snakemake demo: days of CPU time, far past any use
+# seconds a distributed rank waits for another: a rank silent for a day is dead, and a paper job is
+# cut at max_runtime anyway (its retry resumes from the checkpoint)
+MAX_DIST_TIMEOUT_S = 86400.0
+MAX_THREADS = 1024           # torch threads per job: more than the cores of any one machine
+MAX_RUNTIME_MIN = 43200      # a job's SLURM runtime request (30 days): a longer job resumes on retry
+MAX_RUNTIME_MARGIN = 100.0   # a job asking 100 x its estimated time: a typo, not a margin
+MAX_PATH = 4096              # PATH_MAX of Linux: the longest path a system call takes
+
 
 # option -> its allowed values: the paper's text first (the default), then the official code's
 FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
@@ -234,11 +252,34 @@ def with_vocabulary(schema: Mapping) -> dict:
                        ("cells_per_job", CELLS_PER_JOB), ("gpu_request", GPU_REQUESTS)):
         props[key]["enum"] = list(names)
     props["tables"]["items"]["enum"] = list(TABLES)
+    props["tables"]["maxItems"] = len(TABLES)
+    props["seeds"]["items"]["maximum"] = MAX_SEED
+    props["seeds"]["maxItems"] = MAX_SEEDS
+    props["demo"]["properties"]["nodes"]["maximum"] = MAX_NODES["demo"]
+    props["demo"]["properties"]["epochs"]["maximum"] = MAX_DEMO_EPOCHS
+    props["dist_timeout"]["maximum"] = MAX_DIST_TIMEOUT_S
+    props["threads_per_job"]["maximum"] = MAX_THREADS
+    props["max_runtime"]["maximum"] = MAX_RUNTIME_MIN
+    props["runtime_margin"]["maximum"] = MAX_RUNTIME_MARGIN
+    for key in ("paper_dir", "report_dir", "data_root", "step_times"):
+        props[key]["maxLength"] = MAX_PATH
     fid = props["fidelity"]["oneOf"]
     fid[0]["enum"] = list(FIDELITY_PRESETS)
     for key, allowed in FIDELITY_CHOICES.items():
         fid[1]["properties"][key] = {"enum": list(allowed)}
     return out
+
+
+def _check_finite(value: Any, key: str = "") -> None:
+    """ConfigError naming the key of the first NaN or infinity: Snakemake parses `x=nan` and
+    `x=inf` as floats, and NaN passes every minimum and maximum of a JSON schema."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key or '(top level)'}: {value} is not a finite number")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        _check_finite(v, f"{key}/{k}" if key else str(k))
 
 
 def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
@@ -249,8 +290,12 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
 
     schema = with_vocabulary(schema)
     cfg = _coerce(dict(config), schema)
+    _check_finite(cfg)
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(cfg))
     if err is not None:
         key = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        if err.validator in ("maxLength", "maxItems"):  # jsonschema would repeat the whole value
+            unit = "characters" if err.validator == "maxLength" else "items"
+            raise ConfigError(f"{key}: {len(err.instance)} {unit}, more than the maximum of {err.validator_value}")
         raise ConfigError(f"{key}: {err.message}")
     return cfg

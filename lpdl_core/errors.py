@@ -26,3 +26,13 @@ class RunMismatch(LpdlError):
 
 class DeviceUnavailable(LpdlError, RuntimeError):
     """The requested device (CUDA) is not available in this process."""
+
+
+class WriteFailed(LpdlError, OSError):
+    """A file could not be written (a full disk, no permission, an I/O error). The message names
+    the path; the previous file, if any, is intact and no temp file is left behind."""
+
+
+class NotRegularFile(WriteFailed):
+    """lpdl writes results only to regular files: the path holds a device, FIFO, socket, folder
+    or dangling symbolic link, which an atomic write would replace."""

@@ -54,16 +54,18 @@ def split():
                                y_test=s.y_test[:96])
 
 
-def run(name: str, executor: str, checkpoint=None, progress=None):
+def run(name: str, executor: str, checkpoint=None, progress=None, identity=None):
     spec = RUNS[name]
     return train(MODELS[spec["model"]], split(), topology=Topology(name=spec["graph"], n=N), gossip=spec["gossip"],
                  optim_cfg=OptimCfg(), engine=EngineCfg(executor=executor, device="cpu"), run=spec["run"],
-                 checkpoint=checkpoint, progress=progress)
+                 checkpoint=checkpoint, progress=progress, identity=identity)
 
 
-def rank_runs(names: list[str], out_dir: str, kill_epoch: int | None = None, checkpoint: bool = False) -> None:
+def rank_runs(names: list[str], out_dir: str, kill_epoch: int | None = None, checkpoint: bool = False,
+              identity: dict | None = None) -> None:
     """Rank side: each run distributed; rank r pickles its RunResult (and the events it saw) to
-    out_dir/<name>-<r>.pkl. kill_epoch: every rank stops after that epoch (the checkpoint stays)."""
+    out_dir/<name>-<r>.pkl. kill_epoch: every rank stops after that epoch (the checkpoint stays).
+    identity: what the caller names the run (train's `identity`, part of what a checkpoint must match)."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -78,7 +80,7 @@ def rank_runs(names: list[str], out_dir: str, kill_epoch: int | None = None, che
 
         ck = Path(out_dir) / name / "checkpoint.pt" if checkpoint else None
         try:
-            res = run(name, "distributed", checkpoint=ck, progress=progress)
+            res = run(name, "distributed", checkpoint=ck, progress=progress, identity=identity)
         except Killed:
             res = None
         (Path(out_dir) / f"{name}-{rank}.pkl").write_bytes(pickle.dumps((res, events)))

@@ -31,7 +31,7 @@ ONE_SAMPLE = 100 / 96 + 1e-4
 
 def _launch(tmp_path, names, **kw) -> list[tuple]:
     codes = p2p.launch(rank_runs, names, str(tmp_path), kw.get("kill_epoch"), kw.get("checkpoint", False),
-                       world_size=N, cfg=p2p.P2PCfg(timeout_s=60))
+                       kw.get("identity"), world_size=N, cfg=p2p.P2PCfg(timeout_s=60))
     assert codes == [0] * N, codes
     return {name: [pickle.loads((tmp_path / f"{name}-{r}.pkl").read_bytes()) for r in range(N)] for name in names}
 
@@ -95,6 +95,21 @@ def test_resume_equals_uninterrupted(tmp_path, distributed):
     for res, events in got:
         assert events[0] == {"event": "resumed", "epoch": 1, "epochs": 3}, events[:2]
         assert res.final == full.final and res.curve == full.curve and res.bytes_per_node == full.bytes_per_node
+
+
+def test_a_checkpoint_of_another_run_is_set_aside_on_every_rank(tmp_path, distributed):
+    """Per-rank checkpoints follow the run identity like a single file does: stopped as run A,
+    started as run B (same plan, another name), every rank sets its file aside in one notice and
+    B trains from scratch, exactly as an uninterrupted run."""
+    name = "ds-dring-int8"
+    full = distributed[name][0][0]
+    _launch(tmp_path, [name], kill_epoch=1, checkpoint=True, identity={"cell_id": "a"})
+    got = _launch(tmp_path, [name], checkpoint=True, identity={"cell_id": "b"})[name]
+    for res, events in got:
+        aside = [e for e in events if e["event"] == "checkpoint-set-aside"]
+        assert aside and all("identity.cell_id: 'a', this run: 'b'" in e["reason"] for e in aside), events[:3]
+        assert not [e for e in events if e["event"] == "resumed"]
+        assert res.final == full.final and res.curve == full.curve
 
 
 # ----------------------------------------------------------------------------- launching

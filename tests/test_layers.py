@@ -5,7 +5,7 @@
     pipeline    pipeline/           cells, mini protocol, run store, tidy frames (torch-free but runcell)
     training    training/           one training run, benchmarks, cost model
     blocks      decentral/ models/ quant/ data/
-    foundation  config, errors, the package itself
+    foundation  config, errors, atomic (the one file writer), the package itself
 
 Read from the source with ast (every import, lazy ones inside functions included), so a new
 module cannot add an upward arrow or a cycle without this test saying which."""
@@ -16,7 +16,7 @@ import lpdl_core
 
 ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
-TOP = {"config": "foundation", "errors": "foundation", "decentral": "blocks", "models": "blocks", "quant": "blocks",
+TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "decentral": "blocks", "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",
        "__main__": "entry"}
 

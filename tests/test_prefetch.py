@@ -33,7 +33,7 @@ from lpdl_core.data import cifar
 from lpdl_core.pipeline import prefetch as pf
 from lpdl_core.data import imagenette as inet
 from lpdl_core.data.download import md5sum
-from lpdl_core.pipeline.cells import load_cells
+from lpdl_core.pipeline.cells import PAPER_DIR, load_cells
 
 BIN = Path(sys.executable).parent
 REPO = "distilbert-base-uncased"
@@ -278,15 +278,62 @@ def _smk(cwd, *args, **env):
                           env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **env})
 
 
-def test_the_paper_dag_has_the_download_job_upstream_of_every_train_job():
+def test_no_train_job_depends_on_the_download_job():
+    """The data is verified by the onstart hook, not by a job upstream of the train jobs: a rerun
+    of such a job hid every train job from Snakemake (it ran only the download and said "100%
+    done"), and a plain input would rerun every finished cell."""
     p = _smk(ROOT, "--profile", "slurm", "--dag", "--forceall", "--nolock", "--configfile", "config/paper.yaml",
              LPDL_SLURM_ACCOUNT="", LPDL_SLURM_PARTITION="")
     assert p.returncode == 0, p.stderr[-2000:]
     nodes = dict((num, name) for num, name in re.findall(r'^\s*(\d+)\[label = "([^"\\]+)', p.stdout, re.M))
     edges = set(re.findall(r"^\s*(\d+) -> (\d+)", p.stdout, re.M))
-    (download,) = [n for n, name in nodes.items() if name == "download"]
-    train = [n for n, name in nodes.items() if name.startswith("train_")]
-    assert len(train) == len(load_cells()) and all((download, t) in edges for t in train)
+    train = {n for n, name in nodes.items() if name.startswith("train_")}
+    assert len(train) == len(load_cells()) and "download" not in nodes.values()
+    assert not [e for e in edges if e[1] in train]  # nothing upstream of a train job
+
+
+def test_the_workflow_and_lpdl_prefetch_agree_on_the_request(tmp_path, capsys):
+    """The manifest records the request it served, spelled as the workflow spells it, so the hook
+    verifies again exactly when the request changes."""
+    req = pf.prefetch_request(profile="mini", tables=["table3", "table1"], paper_dir=f"{PAPER_DIR}/../paper/",
+                              data_root=str(tmp_path / "data") + "/", fidelities=[{"act_rounding": "stochastic"}])
+    out = tmp_path / "download.json"
+    assert main(["prefetch", *pf.request_args(req), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert pf.manifest_serves(out, req)
+    same = pf.prefetch_request(profile="mini", tables=["table1", "table3"], paper_dir=str(PAPER_DIR),
+                               data_root=str(tmp_path / "data"), fidelities=[{"act_rounding": "stochastic"}])
+    assert pf.manifest_serves(out, same)  # another spelling of the same request
+    for change in ({"data_root": str(tmp_path / "other")}, {"tables": ["table1"]},
+                   {"fidelities": [{"act_rounding": "nearest"}]}, {"profile": "paper"}):
+        assert not pf.manifest_serves(out, pf.prefetch_request(**{**dict(
+            profile="mini", tables=["table1", "table3"], paper_dir=str(PAPER_DIR), data_root=str(tmp_path / "data"),
+            fidelities=[{"act_rounding": "stochastic"}]), **change}))
+    assert not pf.manifest_serves(tmp_path / "none.json", req)
+
+
+@pytest.mark.slow
+def test_the_paper_run_verifies_the_data_before_any_job_and_stops_in_one_line(tmp_path):
+    """Paper profile, a data root whose CIFAR files are corrupt: Snakemake's onstart hook runs
+    `lpdl prefetch` before any job, which refuses in one line; no train job starts."""
+    repo = copy_repo(tmp_path / "repo")
+    cell = "t1-resnet20-single-c0-s0-none-fp32"
+    (repo / "small").mkdir()
+    lines = (PAPER_DIR / "table1.csv").read_text().splitlines()
+    ids = [c.cell_id for c in load_cells(None, tables=["table1"])]
+    (repo / "small" / "table1.csv").write_text("\n".join([lines[0], lines[1 + ids.index(cell)]]) + "\n")
+    folder = tmp_path / "data" / "cifar10" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
+        (folder / name).write_bytes(b"not the published file")
+    p = _smk(repo, "-c1", "--configfile", "config/paper.yaml", "--config", "paper_dir=small", "tables=[table1]",
+             f"data_root={tmp_path / 'data'}", "device=cpu")
+    assert p.returncode == 1, p.stderr[-2000:]
+    errors = [l for l in p.stderr.splitlines() if "error" in l.lower()]
+    assert len(errors) == 1 and errors[0].startswith("lpdl prefetch: error: ") and "md5" in errors[0], p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (repo / "results/paper/runs").exists() and not (repo / "results/paper/logs/train").exists()
+    assert "lpdl prefetch" in (repo / "results/paper/logs/download.log").read_text()
 
 
 def test_the_download_rule_alone_writes_the_manifest(tmp_path):

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import LpdlError
+from ..config import MAX_BATCH, MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_SEED  # noqa: F401
 
-# Upper bounds that stop absurd sizes before anything is allocated.
-MAX_NODES = {"topology": 1024, "partition": 1024, "demo": 64, "bench": 256}
-MAX_BATCH = 4096
+# Upper bounds that stop absurd sizes before anything is allocated: lpdl_core.config's MAX_*, the
+# one home of each limit (the workflow config and the cells CSVs check the same ones).
 DEFAULT_TIMEOUT_S = 300.0  # == lpdl_core.pipeline.ranks.DEFAULT_TIMEOUT_S (torch-free copy; a test checks)
 
 
@@ -68,13 +67,18 @@ def _real(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False)
 
 _unit = _real(0, 1)                                          # a fraction, e.g. the skew
 _percent = _real(0, 100, hi_open=True)                       # a percentage dropped
-_positive_seconds = _real(0, float("inf"), lo_open=True, hi_open=True)  # a finite timeout
+_timeout_seconds = _real(0, MAX_DIST_TIMEOUT_S, lo_open=True)  # a rank's wait for another
+_seed = _count(0, MAX_SEED)                                  # a run's seed
 
 
 def _out_file(path: str | None, what: str = "output file") -> None:
-    """ConfigError before any work unless `path`'s folder is writable (or creatable)."""
+    """One line before any work unless lpdl's atomic writer could write `path`: NotRegularFile
+    when something else than a regular file is there (a device such as /dev/null, a FIFO, a
+    folder; a symbolic link counts as its target), ConfigError unless its folder is writable (or
+    creatable)."""
     if path:
+        from ..atomic import write_target
         from ..pipeline.runstore import check_writable_dir
-        if Path(path).is_dir():
-            raise LpdlError(f"{what} {path}: is a folder, not a file")
-        check_writable_dir(Path(path).parent if Path(path).parent != Path("") else Path("."), what)
+
+        target = write_target(path)
+        check_writable_dir(target.parent if target.parent != Path("") else Path("."), what)

@@ -8,11 +8,13 @@ import logging
 from .args import (
     DEFAULT_TIMEOUT_S,
     MAX_BATCH,
+    MAX_DEMO_EPOCHS,
     MAX_NODES,
     OneLineParser,
     _count,
     _percent,
-    _positive_seconds,
+    _seed,
+    _timeout_seconds,
     _unit,
 )
 from .library_commands import _cmd_bench, _cmd_demo, _cmd_models, _cmd_partition, _cmd_topology
@@ -23,6 +25,7 @@ from .pipeline_commands import (
     _cmd_partition_figures,
     _cmd_prefetch,
     _cmd_report,
+    _cmd_status,
     _cmd_targets,
     _cmd_timing,
     _cmd_unlock,
@@ -100,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=_cmd_partition)
 
     d = command("demo", "DS vs CHOCO at 0%% and 99%% compression on embedded digits")
-    d.add_argument("--epochs", type=_count(1, 10000), default=20, help="training epochs of each run")
+    d.add_argument("--epochs", type=_count(1, MAX_DEMO_EPOCHS), default=20, help="training epochs of each run")
     d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8, help="number of nodes")
     d.add_argument("--skew", type=_unit, default=0.8, help=skew)
     d.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
@@ -135,12 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="protocol: mini (embedded stand-ins, a laptop) or paper (the paper's)")
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
-    tr.add_argument("--seed", type=_count(0), default=None, help="random seed (default: the cell's own, 1234)")
+    tr.add_argument("--seed", type=_seed, default=None, help="random seed (default: the cell's own, 1234)")
     tr.add_argument("--paper-dir", default=None, help=paper_dir)
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
     tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
-    tr.add_argument("--dist-timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    tr.add_argument("--dist-timeout", type=_timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help="distributed executor: bound on the rendezvous and on every wait for another rank "
                          "(a dead or stuck rank fails the job after it; default %(default)g)")
     fid = tr.add_mutually_exclusive_group()
@@ -188,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--profile", choices=PROFILES, default=None, help=profile)
     ag.add_argument("--paper-dir", default=None, help=paper_dir)
     ag.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
-    ag.add_argument("--seed", type=_count(0), action="append", help=seeds)
+    ag.add_argument("--seed", type=_seed, action="append", help=seeds)
     ag.set_defaults(func=_cmd_aggregate)
 
     co = command("cost", "Figure 3's compute and memory cost model (JSON)")
@@ -219,6 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
     tg.add_argument("--paper-dir", default=None, help=paper_dir)
     tg.add_argument("--out", help="also write the checks as JSON to this file (not given: only the table)")
     tg.set_defaults(func=_cmd_targets)
+
+    st = command("status", "which results the config names are missing, damaged or stale, and whether the "
+                           "report matches them (exit 1 if anything is not current)")
+    st.add_argument("--configfile", action="append", metavar="FILE",
+                    help="as snakemake's: applied over config/config.yaml (repeatable)")
+    st.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
+                    help="as snakemake's --config (YAML values, e.g. seeds=[1,2] 'fidelity={act_rounding: stochastic}')")
+    st.add_argument("--directory", default=".", help="the workflow folder (default: here)")
+    st.add_argument("--all", action="store_true", help="list every run that is not current (default: the first 20)")
+    st.set_defaults(func=_cmd_status)
 
     u = command("unlock", "clear Snakemake's lock if no live Snakemake works in the folder")
     u.add_argument("--directory", default=".", help="the workflow folder (default: here)")

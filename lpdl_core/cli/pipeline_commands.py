@@ -18,13 +18,17 @@ def _cmd_prefetch(a: argparse.Namespace) -> int:
     import json
 
     from ..config import Fidelity
-    from ..pipeline.prefetch import prefetch, write_manifest
+    from ..pipeline.prefetch import prefetch, prefetch_request, write_manifest
     from ..pipeline.cells import load_cells
 
     _out_file(a.out, "manifest")
     fidelities = [_fidelity(argparse.Namespace(fidelity_json=text, fidelity=[])) for text in a.fidelity_json or ()]
+    fidelities = fidelities or [Fidelity()]
     manifest = prefetch(load_cells(a.paper_dir, tables=a.table or None), a.profile,
-                        fidelities=fidelities or [Fidelity()], data_root=a.data_root)
+                        fidelities=fidelities, data_root=a.data_root)
+    # what was asked (the workflow verifies again only when this changes)
+    manifest["request"] = prefetch_request(profile=a.profile, tables=a.table, paper_dir=a.paper_dir,
+                                           data_root=a.data_root, fidelities=[f.as_dict() for f in fidelities])
     log.info("prefetch: %s", manifest["summary"])
     if a.out:
         write_manifest(manifest, a.out)
@@ -70,7 +74,8 @@ def _cmd_aggregate(a: argparse.Namespace) -> int:
     check_writable_dir(results / "tables", "tables folder")
     tables = a.table or list(TABLES)
     written = write_aggregate(results, load_cells(a.paper_dir, tables=tables), profile=a.profile or results.name,
-                              tables=tables, seeds=a.seed or None)
+                              tables=tables, seeds=a.seed or None,
+                              warn=lambda line: log.warning("aggregate: damaged run, shown as such: %s", line))
     for path in written.values():
         print(path)
     return 0
@@ -120,7 +125,8 @@ def _cmd_timing(a: argparse.Namespace) -> int:
     t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells, seeds=a.seed)
     text = json.dumps(t, indent=2)
     if a.out:
-        Path(a.out).write_text(text + "\n")
+        from ..pipeline.results import write_atomic
+        write_atomic(a.out, text + "\n")
     print(text)
     return 0
 
@@ -135,6 +141,7 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     from ..pipeline.tidy import seeds_present
 
     results = Path(a.results)
+    _out_file(a.out)
     cells = load_cells(a.paper_dir)
     seeds = a.seed or sorted({s for c in cells for s in seeds_present(results, c.cell_id)})
     if not seeds:
@@ -145,8 +152,9 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     print(f"did not learn (within {LEARNED_MARGIN:g} points of chance): {len(flat)} runs"
           + "".join(f"\n    {c} seed {s}: {v:.2f}" for c, s, v in flat))
     if a.out:
-        Path(a.out).write_text(json.dumps({"seeds": seeds, "checks": [asdict(c) for c in checks],
-                                           "did_not_learn": flat}, indent=2) + "\n")
+        from ..pipeline.results import write_atomic
+        write_atomic(a.out, json.dumps({"seeds": seeds, "checks": [asdict(c) for c in checks],
+                                        "did_not_learn": flat}, indent=2) + "\n")
     return 0 if all(c.ok for c in checks) else 1
 
 
@@ -155,3 +163,27 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
 
     print(f"lpdl unlock: {unlock_if_stale(a.directory)}")
     return 0
+
+
+def _cmd_status(a: argparse.Namespace) -> int:
+    """Whether the run folders, runs.csv and the report match the workflow's config (read as
+    Snakemake reads it); exit 0 when everything the config names is current, 1 otherwise."""
+    from ..pipeline.cells import load_cells
+    from ..pipeline.status import folder_status
+    from ..pipeline.wfconfig import load, modes
+
+    cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
+    cells = load_cells(cfg["paper_dir"], tables=cfg["tables"])
+    root = Path(a.directory)
+    main, *_ = mode_names = list(modes(cfg).items())
+    current = True
+    for name, fid in mode_names:
+        st = folder_status(cells, root / "results" / name, profile=cfg["profile"], seeds=cfg["seeds"], fidelity=fid,
+                           report_dir=root / cfg["report_dir"] if name == main[0] else None, tables=cfg["tables"])
+        for line in st.lines(limit=None if a.all else 20):
+            print(line)
+        current &= st.current
+    if not current:
+        log.info("status: not everything is current; `snakemake` (with the same --configfile/--config) "
+                 "brings it up to date")
+    return 0 if current else 1

@@ -54,10 +54,11 @@ def _cmd_train(a: argparse.Namespace) -> int:
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
     group = None
     if a.executor == "distributed":
-        from ..pipeline.ranks import Group, in_group
+        from ..pipeline.ranks import Group, die_with_torchrun, in_group
 
         if not in_group():
             return _launch_ranks(a, todo)
+        die_with_torchrun()  # no rank outlives its torchrun (nor, so, the `lpdl train` that started it)
         group = Group.join(a.executor, device=a.device, timeout_s=a.dist_timeout)
         if group.rank != 0:  # rank 0 speaks for the run
             log.setLevel(max(log.level, logging.WARNING))
@@ -91,16 +92,49 @@ def _cmd_train(a: argparse.Namespace) -> int:
 
 def _launch_ranks(a: argparse.Namespace, todo) -> int:
     """`lpdl train --executor distributed` started by hand: the same command in n processes, one
-    per node, under torchrun (lpdl_core.pipeline.ranks); its exit status."""
-    from ..pipeline.ranks import child_env, run_children, torchrun_argv
+    per node, under torchrun (lpdl_core.pipeline.ranks), which die with this process. Refused in
+    one line (exit 2) before any process starts if a live run writes one of the run folders
+    (lpdl_core.pipeline.runlock). The console shows rank 0's output; everything goes to the log
+    (lpdl_core.pipeline.ranklog). A failure is one line naming the rank, how to resume and the
+    log; exit status 1 for a failed rank (2 if it gave its own lpdl error), 128 + the signal
+    (130: Ctrl-C) when interrupted."""
+    import os
+    import shutil
+    import time
+
+    from ..pipeline.ranklog import RankLog, log_path, torchrun_options
+    from ..pipeline.ranks import LAUNCHER_ENV, child_env, run_children, torchrun_argv
+    from ..pipeline.runlock import refuse_live_run
+    from ..pipeline.runstore import check_writable_dir
 
     nodes = {c.nodes for c in todo}
     if len(nodes) > 1:
         raise LpdlError("the cells of one distributed launch must have the same number of nodes, got "
                         + ", ".join(f"{c.cell_id} ({c.nodes})" for c in todo))
     n = nodes.pop()
+    outs = [a.out.replace("{cell}", c.cell_id) for c in todo]
+    for out in outs:
+        refuse_live_run(out)
+    check_writable_dir(outs[0], "run folder")
+    path = log_path(outs[0])  # one launch, one log: in its first cell's run folder
+    tee_dir = path.with_suffix(".torchrun")
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    rank_log = RankLog(path, f"lpdl train (pid {os.getpid()}), {started}: {n} processes under torchrun; "
+                             f"argv: {a.argv}")
     log.info("train: starting %d processes (one per node) with torchrun", n)
-    return run_children(torchrun_argv(n, a.argv), child_env(n))
+    ended, line, status = None, "", 0
+    try:
+        ended = run_children(torchrun_argv(n, a.argv, options=torchrun_options(tee_dir)),
+                             {**child_env(n), LAUNCHER_ENV: str(os.getpid())}, on_line=rank_log.line)
+        if ended.code != 0:
+            why, status = rank_log.failure(ended.code, ended.signal, n)
+            line = f"lpdl train: error: {why}"
+    finally:
+        rank_log.close(line or (f"exit status {ended.code}" if ended else ""))
+        shutil.rmtree(tee_dir, ignore_errors=True)  # torchrun's per-rank copies: the log holds them
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    return status
 
 
 def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:

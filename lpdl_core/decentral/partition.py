@@ -8,7 +8,6 @@ import json
 import math
 import os
 import random
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -250,16 +249,8 @@ def write_histograms(hist: np.ndarray, path: str | os.PathLike, fmt: str = "csv"
     else:
         text = json.dumps({"nodes": int(hist.shape[0]), "classes": int(hist.shape[1]),
                            "counts": hist.tolist(), "totals": totals.tolist()}, indent=1) + "\n"
-    path = os.fspath(path)
-    # Temp file in the destination dir so os.replace is an atomic rename on one filesystem;
-    # readers never see a half-written file.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".hist-",
-                               suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    # lpdl's one atomic writer: readers never see a half-written file, only a regular file is
+    # replaced, and a failed write is one line naming the path
+    from ..atomic import write_bytes
+
+    write_bytes(path, text.encode("utf-8"))

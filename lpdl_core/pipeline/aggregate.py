@@ -9,7 +9,8 @@ A table row: reproduced = mean over the cell's finished (status ok) seeds of the
 test accuracy (the official metric), its standard deviation (two or more seeds), the averaged
 model's accuracy, the paper's value and delta = reproduced - paper. A cell without runs is
 'missing' and never filled; a cell whose seeds all diverged is 'diverged', some of them
-'partly-diverged' (the mean is then over the others). chance = 100 / the classes of the data the
+'partly-diverged' (the mean is then over the others); a cell with a run that cannot be read
+(lpdl_core.pipeline.tidy) is 'damaged' or 'partly-damaged' alike, with the reason in `problem`. chance = 100 / the classes of the data the
 runs trained on; learned = reproduced > chance + LEARNED_MARGIN; same_run_as names the cell whose
 mini run this cell's is (computed once). Accuracies are rounded to 2 decimals, MB to 3,
 seconds to 1, the consensus distance to 4 significant digits.
@@ -31,14 +32,18 @@ AXES = ("table", "block", "cell_id", "dataset", "model", "nodes", "topology", "c
         "algorithm", "precision", "momentum", "norm", "optimizer", "lr", "epochs", "batch_per_node")
 SUMMARY = ("profile", "seeds", "runs", "status", "reproduced", "reproduced_std", "avg_model", "avg_model_std",
            "paper", "delta", "consensus_distance", "mb_per_node", "wall_time_s", "diverged_at", "chance",
-           "learned", "same_run_as", "mapping")
+           "learned", "same_run_as", "mapping", "problem")
 DECIMALS = {"reproduced": 2, "reproduced_std": 2, "avg_model": 2, "avg_model_std": 2, "paper": 2, "delta": 2,
             "chance": 2, "mb_per_node": 3, "wall_time_s": 1}
 
 
 def _status(g: pd.DataFrame) -> str:
-    ok = int((g["status"] == "ok").sum())
-    return "ok" if ok == len(g) else "diverged" if ok == 0 else "partly-diverged"
+    """ok: every run finished; diverged / damaged: none did (damaged when one of them cannot be
+    read); partly-diverged / partly-damaged: some did (the numbers are theirs)."""
+    ok, damaged = int((g["status"] == "ok").sum()), bool((g["status"] == "damaged").any())
+    if ok == len(g):
+        return "ok"
+    return ("damaged" if damaged else "diverged") if ok == 0 else ("partly-damaged" if damaged else "partly-diverged")
 
 
 def _cell_summary(g: pd.DataFrame) -> pd.Series:
@@ -54,6 +59,7 @@ def _cell_summary(g: pd.DataFrame) -> pd.Series:
         "diverged_at": json.dumps(diverged) if diverged else "",
         "chance": g["chance"].dropna().iloc[0] if g["chance"].notna().any() else None,
         "same_run_as": ";".join(same), "mapping": g["mapping"].iloc[0],
+        "problem": " | ".join(p for p in g["problem"].fillna("") if p),
     })
 
 
@@ -77,8 +83,8 @@ def summarize(runs: pd.DataFrame, cells: Iterable[Cell], profile: str) -> pd.Dat
     out["delta"] = out["reproduced"] - out["paper"]
     learned = out["reproduced"] > out["chance"] + LEARNED_MARGIN
     out["learned"] = learned.astype("boolean").where(out["reproduced"].notna() & out["chance"].notna())
-    for col in ("diverged_at", "same_run_as", "mapping"):
-        out[col] = out[col].fillna("")
+    for col in ("diverged_at", "same_run_as", "mapping", "problem"):
+        out[col] = out[col].astype(object).fillna("")
     out = out[[*AXES, *SUMMARY]].round(DECIMALS)
     out["consensus_distance"] = out["consensus_distance"].map(lambda x: float(f"{x:.4g}"), na_action="ignore")
     return out
@@ -106,11 +112,13 @@ def paper_pivot(summary: pd.DataFrame, cells: Iterable[Cell], table: str) -> pd.
 
 
 def write_aggregate(results_dir: str | Path, cells: Iterable[Cell], *, profile: str, tables: Iterable[str],
-                    seeds=None, fidelity=None) -> dict[str, Path]:
-    """Read every run of `cells` once and write runs.csv, curves.csv and each table's two CSVs."""
+                    seeds=None, fidelity=None, warn=None) -> dict[str, Path]:
+    """Read every run of `cells` once and write runs.csv, curves.csv and each table's two CSVs.
+    A damaged run is a marked row (status damaged, its reason in `problem`), reported to `warn`
+    in one line: it never stops the other cells' tables."""
     results_dir = Path(results_dir)
     cells = [c for c in cells if c.table in set(tables)]
-    runs, curves = read_runs(cells, results_dir, profile=profile, seeds=seeds, fidelity=fidelity)
+    runs, curves = read_runs(cells, results_dir, profile=profile, seeds=seeds, fidelity=fidelity, warn=warn)
     written = {"runs": write_frame(runs, results_dir / RUNS_FILE),
                "curves": write_frame(curves, results_dir / CURVES_FILE)}
     summary = summarize(runs, cells, profile)

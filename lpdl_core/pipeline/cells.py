@@ -8,7 +8,9 @@ folder, edited or extended, can be given instead as `paper_dir`.
 """
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 from ..config import (
     ALGORITHMS,
     GRAPHS,
+    MAX_SEED,
     MODELS,
     NORMS,
     OPTIMIZERS,
@@ -129,6 +132,8 @@ class Cell:
             self._fail("final_gossip_rounds", "must be >= 0, and 0 for a single node")
         if self.paper_acc is not None and not 0.0 <= self.paper_acc <= 100.0:
             self._fail("paper_acc", f"must be a percentage, got {self.paper_acc}")
+        if not 0 <= self.seed <= MAX_SEED:  # what numpy's and torch's seeding take (lpdl_core.config)
+            self._fail("seed", f"must be in [0, {MAX_SEED}], got {self.seed}")
 
     @property
     def cell_id(self) -> str:
@@ -188,7 +193,8 @@ def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
     """Read and validate <paper_dir>/<table>.csv for each table (paper_dir None: the packaged paper
     cells; tables None: every table file that exists there; naming a table whose file is missing
     is an error). Every malformed row, and a cell id used twice, is a ConfigError
-    `file:line: column: why`."""
+    `file:line: column: why`; so are a file that is not UTF-8 text (a leading byte order mark, as
+    Excel writes it, is fine) and a file with a header but no rows."""
     root = paper_dir_path(paper_dir)
     if not root.is_dir():
         raise ConfigError(f"paper dir {paper_dir}: no such folder (it holds the paper's cells as "
@@ -206,11 +212,13 @@ def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
         path = root / f"{table}.csv"
         if not path.is_file():
             raise ConfigError(f"{path}: no such file (the cells of {table})")
-        with open(path, newline="") as fh:
+        with io.StringIO(_read_text(path), newline="") as fh:
             reader = csv.DictReader(fh)
             if tuple(reader.fieldnames or ()) != COLUMNS:
                 raise ConfigError(f"{path}:1: header: must be exactly {','.join(COLUMNS)}")
+            after_header, rows = reader.line_num + 1, 0
             for row in reader:
+                rows += 1
                 where = f"{path}:{reader.line_num}"
                 if None in row:
                     raise ConfigError(f"{where}: (row): more fields than the {len(COLUMNS)} columns")
@@ -232,7 +240,26 @@ def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
                     raise ConfigError(f"{where}: cell_id: {cell.cell_id} is already defined at {seen[cell.cell_id]}")
                 seen[cell.cell_id] = where
                 cells.append(cell)
+            if not rows:  # a table without cells would only fail later, as missing outputs
+                raise ConfigError(f"{path}:{after_header}: no cells (the file has a header but no rows)")
     return cells
+
+
+def _read_text(path: Path) -> str:
+    """The CSV's text: UTF-8, with or without the byte order mark that Excel writes first;
+    ConfigError `file:line: not UTF-8 text (byte 0x.. at column ..)` otherwise."""
+    try:
+        data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = data.rfind(b"\n", 0, e.start) + 1
+        line = data.count(b"\n", 0, e.start) + 1
+        column = len(data[start:e.start].decode("utf-8")) + 1  # valid: before the first bad byte
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}); "
+                          f"save it as UTF-8") from None
 
 
 def by_cell_id(items, what: str = "cell") -> dict:

@@ -31,7 +31,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..config import STANDIN_DATASETS, Fidelity
 
@@ -231,6 +231,34 @@ def prefetch(cells: Iterable, profile: str, *, fidelities: Iterable[Fidelity] = 
         f"{len(entries['hub']) + len(entries['datasets'])} verified"
         + (f", fetched now: {', '.join(fetched)}" if fetched else ", nothing fetched (already there)"))
     return manifest
+
+
+def prefetch_request(*, profile: str, tables: Iterable[str] | None = None, paper_dir: str | None = None,
+                     data_root: str | None = None, fidelities: Iterable[Mapping] = ()) -> dict:
+    """What a prefetch is asked for, normalized (another spelling of the same folder, or the same
+    modes in another order, is the same request). The manifest records it; the workflow compares it
+    (`manifest_serves`) to decide whether the data must be verified again."""
+    fids = sorted({json.dumps(Fidelity.from_mapping(dict(f)).as_dict(), sort_keys=True) for f in fidelities}) or \
+        [json.dumps(Fidelity().as_dict(), sort_keys=True)]
+    return {"profile": profile, "tables": sorted(tables or ()),
+            "paper_dir": os.path.normpath(paper_dir) if paper_dir else None,
+            "data_root": os.path.normpath(data_root) if data_root else None, "fidelities": fids}
+
+
+def request_args(request: Mapping) -> list[str]:
+    """The `lpdl prefetch` options of a request (the inverse of what _cmd_prefetch builds)."""
+    return ["--profile", request["profile"], *(a for t in request["tables"] for a in ("--table", t)),
+            *(("--paper-dir", request["paper_dir"]) if request["paper_dir"] else ()),
+            *(("--data-root", request["data_root"]) if request["data_root"] else ()),
+            *(a for f in request["fidelities"] for a in ("--fidelity-json", f))]
+
+
+def manifest_serves(path: str | os.PathLike, request: Mapping) -> bool:
+    """Whether the manifest at path records a finished prefetch of exactly this request."""
+    try:
+        return json.loads(Path(path).read_text())["request"] == json.loads(json.dumps(request))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
 
 
 def write_manifest(manifest: dict, path: str | os.PathLike) -> Path:

@@ -11,13 +11,20 @@ files) happens on rank 0 only (`Group.first`), and the other ranks take its answ
 error, from a broadcast. A rank that dies or stops answering fails the job within the timeout
 (torchrun and `srun --kill-on-bad-exit` stop the others at once; every message wait and
 collective is bounded by `timeout_s`).
+
+No orphans: torchrun dies with the `lpdl train` that started it, and each rank with torchrun
+(`die_with_parent`: Linux's parent-death signal), so a launcher killed with kill -9 (an OOM
+killer) leaves no process writing its run folder. Under SLURM (srun starts the ranks) nothing
+changes.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
 
@@ -25,6 +32,7 @@ from ..errors import LpdlError
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 300.0  # the rendezvous, every message wait and every collective
+LAUNCHER_ENV = "LPDL_LAUNCHER_PID"  # set by `lpdl train` for the ranks it starts: the pid to stop
 
 
 def in_group(environ: Mapping[str, str] | None = None) -> bool:
@@ -36,10 +44,11 @@ def in_group(environ: Mapping[str, str] | None = None) -> bool:
     return "SLURM_PROCID" in environ and int(environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
 
 
-def torchrun_argv(nodes: int, args: list[str], python: str = sys.executable) -> list[str]:
-    """`torchrun --standalone --nproc-per-node N -m lpdl_core <args>` for this interpreter."""
+def torchrun_argv(nodes: int, args: list[str], python: str = sys.executable,
+                  options: tuple[str, ...] = ()) -> list[str]:
+    """`torchrun --standalone --nproc-per-node N [options] -m lpdl_core <args>` for this interpreter."""
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nodes}",
-            "--max-restarts=0", "-m", "lpdl_core", *args]
+            "--max-restarts=0", *options, "-m", "lpdl_core", *args]
 
 
 def child_env(nodes: int, threads: int | None = None, environ: Mapping[str, str] | None = None) -> dict:
@@ -51,11 +60,34 @@ def child_env(nodes: int, threads: int | None = None, environ: Mapping[str, str]
     return {**environ, "OMP_NUM_THREADS": str(max(1, int(total or 1) // nodes))}
 
 
-def run_children(argv: list[str], env: Mapping[str, str]) -> int:
-    """Run argv (torchrun) to its end and return its exit status; SIGINT and SIGTERM received
-    meanwhile are passed on (torchrun stops its ranks)."""
-    proc = subprocess.Popen(argv, env=dict(env))
-    forward = lambda sig, _frame: proc.send_signal(sig)  # noqa: E731
+@dataclass(frozen=True)
+class Ended:
+    """How torchrun ended: its exit status, and the signal (SIGINT, SIGTERM) this process received
+    and passed on to it meanwhile, if any."""
+
+    code: int
+    signal: int | None = None
+
+
+def run_children(argv: list[str], env: Mapping[str, str],
+                 on_line: Callable[[str, str], None] | None = None) -> Ended:
+    """Run argv (torchrun) to its end. It dies with this process (`die_with_parent`); SIGINT and
+    SIGTERM received meanwhile are passed on (torchrun stops its ranks). on_line: called with
+    ("stdout" or "stderr", line) for each line torchrun writes, from one thread per stream;
+    without it, its output goes where this process's goes."""
+    parent, pipe = os.getpid(), subprocess.PIPE if on_line else None
+    proc = subprocess.Popen(argv, env=dict(env), stdout=pipe, stderr=pipe, encoding="utf-8", errors="replace",
+                            preexec_fn=lambda: die_with_parent(parent))
+    readers = [threading.Thread(target=_pump, args=(name, stream, on_line), daemon=True)
+               for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)) if stream is not None]
+    for t in readers:
+        t.start()
+    received: list[int] = []
+
+    def forward(sig, _frame):
+        received.append(sig)
+        proc.send_signal(sig)
+
     old = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -63,10 +95,63 @@ def run_children(argv: list[str], env: Mapping[str, str]) -> int:
     except ValueError:  # not the main thread: nothing to forward
         pass
     try:
-        return proc.wait()
+        code = proc.wait()
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+    for t in readers:  # the rest of what torchrun wrote before it exited
+        t.join(timeout=30)
+    return Ended(code, received[0] if received else None)
+
+
+def _pump(name: str, stream, on_line: Callable[[str, str], None]) -> None:
+    """Read the stream to its end, whatever on_line does: a pipe left full would stop torchrun."""
+    with stream:
+        for line in stream:
+            try:
+                on_line(name, line)
+            except Exception:  # noqa: BLE001  (e.g. a full disk: the line is lost, the run goes on)
+                pass
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Have the kernel send `sig` to this process when its parent dies (Linux prctl
+    PR_SET_PDEATHSIG; elsewhere nothing). parent: the pid the parent must still have, else this
+    process already lost it before asking and ends now (the race of a parent killed meanwhile)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # no libc prctl: nothing to ask for
+        return
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def die_with_torchrun(environ: Mapping[str, str] | None = None) -> None:
+    """In a rank torchrun started (TORCHELASTIC_RUN_ID set): die with torchrun. If `lpdl train`
+    started that torchrun (LAUNCHER_ENV), torchrun's parent must still be it: otherwise
+    torchrun died, or is dying with its launcher, before this rank asked, and the rank ends now.
+    A rank that srun started is left alone. environ: os.environ when not given."""
+    environ = os.environ if environ is None else environ
+    if "TORCHELASTIC_RUN_ID" not in environ:
+        return
+    die_with_parent()
+    launcher = environ.get(LAUNCHER_ENV)
+    if launcher and sys.platform.startswith("linux") and _parent_of(os.getppid()) not in (int(launcher), None):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _parent_of(pid: int) -> int | None:
+    """pid's parent (Linux /proc), or None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def slurm_master_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -9,32 +9,19 @@ import io
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 
+from ..atomic import write_bytes
 from ..config import PACKAGE_DIR
 
 
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """`text` (UTF-8) as the content of `path`, atomically and only over a regular file
+    (lpdl_core.atomic): NotRegularFile or WriteFailed in one line naming the path otherwise."""
+    return write_bytes(path, text.encode("utf-8"))
 
 
 def finite(obj):
@@ -54,10 +41,16 @@ def write_json(path, obj) -> Path:
     return write_atomic(path, json.dumps(finite(plain), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
-def write_rows(path, rows: Iterable[Mapping]) -> Path:
-    """CSV with the union of keys (in first-seen order) as header."""
+# the columns of a run's curve.csv (one row per epoch; lpdl_core.training.train writes the rows)
+CURVE_COLUMNS = ("epoch", "lr", "train_loss", "mean_acc", "avg_model_acc", "consensus_distance", "test_loss",
+                 "bytes_per_node")
+
+
+def write_rows(path, rows: Iterable[Mapping], columns: Iterable[str] = ()) -> Path:
+    """CSV with `columns`, then the other keys (in first-seen order), as header: a file with no
+    rows still has its header."""
     rows = list(rows)
-    keys: list[str] = []
+    keys: list[str] = list(columns)
     for r in rows:
         keys += [k for k in r if k not in keys]
     buf = io.StringIO()
@@ -129,7 +122,7 @@ def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names
     last, metrics.json (its presence marks the run complete). identity: what the run is
     (`runstore.run_identity`), checked by every reader."""
     out = Path(out_dir)
-    write_rows(out / "curve.csv", result.curve)
+    write_rows(out / "curve.csv", result.curve, CURVE_COLUMNS)  # a run diverged in epoch 1: header only
     write_rows(out / "partition.csv", partition_rows(result.partition, class_names))
     metrics = {"status": result.status, "epochs_done": result.epochs_done, "diverged_at": result.diverged_at,
                "final": result.final, "bytes_per_node": result.bytes_per_node,

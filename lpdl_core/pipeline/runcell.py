@@ -29,6 +29,7 @@ from .cells import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .runsh import as_runsh
 from .ranks import Group
+from .runlock import holds_run_folder
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
 PROFILES = ("mini", "paper")
@@ -131,6 +132,7 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
                                num_classes=classes)
 
 
+@holds_run_folder  # one live run per run folder: a second one is refused (lpdl_core.pipeline.runlock)
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
              fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
              data_root: str | None = None, progress: Callable[[dict], None] | None = None,
@@ -180,7 +182,7 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
-                   engine=engine, run=plan.run, progress=progress, checkpoint=ckpt)
+                   engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)
     config = {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": profile, "seed": plan.run.partition_seed,
               "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
               "fidelity": fidelity.as_dict(), "executor": executor, "device_requested": device,

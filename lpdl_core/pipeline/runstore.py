@@ -50,6 +50,11 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
                    "fidelity": {**Fidelity().as_dict(), **fid}})
 
 
+def run_key(identity: Mapping) -> str:
+    """A short name of an identity (a hash of its canonical JSON): equal keys, equal runs."""
+    return hashlib.sha256(json.dumps(_plain(identity), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def identity_of(metrics: Mapping) -> dict:
     """The identity a metrics.json claims (stored, or derived from its config)."""
     if "identity" in metrics:

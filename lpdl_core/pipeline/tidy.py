@@ -5,33 +5,37 @@
     curves.csv  one row per (cell, seed, epoch): the per-epoch curve
 
 Each run is read from its own folder, results/{profile}/runs/{cell}/seed{seed}/, and its identity
-checked (runstore): a corrupt or mislabelled metrics.json is one line naming the file, never a
-row under the wrong name. A cell without a finished run has no row: missing stays missing.
+checked (runstore). A run whose metrics.json is corrupt or holds another run's result is one row
+with status "damaged", no numbers and the one-line reason in `problem` (never a row under the
+wrong name, and never a failed aggregate: the other cells are unaffected). A damaged curve.csv
+leaves the run's checked final numbers and is noted in `problem`; a run that diverged in its
+first epoch has an empty curve. A cell without a finished run has no row: missing stays missing.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pandas as pd
 
 from ..config import FIDELITY_CHOICES, Fidelity, fidelity_mode
-from ..errors import CorruptFile
+from ..errors import CorruptFile, RunMismatch
 from .cells import Cell
-from .runstore import read_run_metrics, run_identity
+from .results import CURVE_COLUMNS
+from .runstore import identity_of, read_run_metrics, run_identity, run_key
 from .targets import num_classes
 
 CELL_COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in ("paper_acc", "notes", "milestones", "seed"))
-CURVE_COLUMNS = ("epoch", "lr", "train_loss", "mean_acc", "avg_model_acc", "consensus_distance", "test_loss",
-                 "bytes_per_node")
 PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
 RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
                "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "ran_on", "mapping",
-               "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE)
+               "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE,
+               "problem", "run_key", "metrics_sha256")
 RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv"
 
 
@@ -84,41 +88,70 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
     }
 
 
-def _curve(path: Path, cell_id: str, seed: int) -> pd.DataFrame | None:
+def file_sha256(path: Path) -> str:
+    """The bytes of a run file, hashed: which result a runs.csv row was read from."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def damaged_row(cell: Cell, seed: int, profile: str, why: str, sha: str | None = None) -> dict:
+    """The row of a run whose metrics.json cannot be used: its cell, no numbers, the reason."""
+    return {"cell_id": cell.cell_id, **{k: getattr(cell, k) for k in CELL_COLUMNS}, "paper": cell.paper_acc,
+            "profile": profile, "seed": seed, "status": "damaged", "problem": why, "metrics_sha256": sha}
+
+
+def _curve(path: Path, cell_id: str, seed: int, m: dict) -> tuple[pd.DataFrame | None, str]:
+    """(the run's per-epoch curve, "") or (None, why it cannot be read). A run that diverged before
+    its first epoch ended has no curve rows (an empty file, or a header only)."""
+    none_expected = m.get("status") == "diverged" and not m.get("epochs_done")
     if not path.is_file():
-        return None
+        return None, f"{path}: missing (the per-epoch curve)"
     try:
         df = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise CorruptFile(f"{path}: not a curve CSV ({type(e).__name__})") from None
+    except pd.errors.EmptyDataError:
+        return (None, "") if none_expected else (None, f"{path}: empty, but the run finished epochs")
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        return None, f"{path}: not a curve CSV ({type(e).__name__})"
     missing = [c for c in ("epoch", "mean_acc") if c not in df.columns]
     if missing:
-        raise CorruptFile(f"{path}: not a curve CSV (no {', '.join(missing)} column)")
+        return None, f"{path}: not a curve CSV (no {', '.join(missing)} column)"
     df.insert(0, "seed", seed)
     df.insert(0, "cell_id", cell_id)
-    return df
+    return df, ""
 
 
 def read_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, seeds=None,
-              fidelity=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+              fidelity=None, warn: Callable[[str], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(runs, curves) of every finished run of `cells` under results_dir.
 
     seeds: the seeds to read (a missing run stays missing); None = every seed present.
-    fidelity: the fidelity options every run must have (None: any). A corrupt metrics.json is a
-    CorruptFile and a run of another cell, seed, profile or setting a RunMismatch.
+    fidelity: the fidelity options every run must have (None: any). A corrupt metrics.json, or one
+    of another cell, seed, profile or setting, is a "damaged" row; `warn` gets each problem's line.
     """
     rows, curves = [], []
+    warn = warn or (lambda line: None)
     for c in cells:
         for seed in (seeds_present(results_dir, c.cell_id) if seeds is None else seeds):
             d = run_dir(results_dir, c.cell_id, seed)
-            if not (d / "metrics.json").exists():
+            path = d / "metrics.json"
+            if not path.exists():
                 continue
             want = run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {})
             if fidelity is None:
                 del want["fidelity"]
-            m = read_run_metrics(d / "metrics.json", want)
-            rows.append(run_row(c, seed, profile, m, num_classes(m, d)))
-            curve = _curve(d / "curve.csv", c.cell_id, seed)
+            try:
+                sha = file_sha256(path)
+                m = read_run_metrics(path, want)
+            except (CorruptFile, RunMismatch, OSError) as e:
+                why = str(e) if isinstance(e, (CorruptFile, RunMismatch)) else f"{path}: unreadable ({e.strerror})"
+                warn(why)
+                rows.append(damaged_row(c, seed, profile, why, sha=None if isinstance(e, OSError) else sha))
+                continue
+            row = run_row(c, seed, profile, m, num_classes(m, d))
+            curve, problem = _curve(d / "curve.csv", c.cell_id, seed, m)
+            if problem:
+                warn(problem)
+            rows.append({**row, "problem": problem, "run_key": run_key(identity_of(m)),
+                         "metrics_sha256": sha})
             if curve is not None:
                 curves.append(curve)
     runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
@@ -134,7 +167,8 @@ def write_frame(df: pd.DataFrame, path: str | Path, **kw) -> Path:
     return write_atomic(path, df.to_csv(index=kw.pop("index", False), lineterminator="\n", **kw))
 
 
-TEXT_COLUMNS = ("same_run_as", "mapping", "diverged_at", "ran_on", "git_sha")
+TEXT_COLUMNS = ("same_run_as", "mapping", "diverged_at", "ran_on", "git_sha", "problem", "run_key",
+                "metrics_sha256")
 
 
 def read_frame(path: str | Path, what: str) -> pd.DataFrame:

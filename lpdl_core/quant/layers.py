@@ -40,6 +40,12 @@ class QuantMeasure(nn.Module):
             self.register_buffer("running_min", torch.zeros(1))
             self.register_buffer("running_max", torch.zeros(1))
 
+    def extra_repr(self) -> str:
+        """Its settings (so a model's printed tree, and the architecture a checkpoint records, show them)."""
+        q = self.qcfg
+        return (f"bits={q.bits}, act_rounding={q.act_rounding}, eval_rounding={q.eval_rounding}, "
+                f"ranges={'parameters' if q.measure_as_parameters else 'buffers'}, momentum={q.momentum}")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             with torch.no_grad():

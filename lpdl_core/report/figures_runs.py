@@ -33,7 +33,7 @@ from .figures_style import (
 )
 from .model import Figure, ReportData
 
-USABLE = ("ok", "partly-diverged")
+USABLE = ("ok", "partly-diverged", "partly-damaged")
 DODGE = 0.25  # total horizontal spread of the series at one skew, as a fraction of the closest skew gap
 
 
@@ -43,7 +43,8 @@ def _usable(frame: pd.DataFrame) -> pd.Series:
 
 def _status_counts(rows: pd.DataFrame) -> str:
     counts = rows["status"].value_counts()
-    parts = [f"{int(counts[s])} {s}" for s in ("ok", "partly-diverged", "diverged", "missing") if s in counts]
+    parts = [f"{int(counts[s])} {s}" for s in ("ok", "partly-diverged", "partly-damaged", "diverged", "damaged", "missing")
+             if s in counts]
     return ", ".join(parts) + f" of {len(rows)} cells"
 
 

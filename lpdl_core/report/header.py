@@ -85,7 +85,8 @@ def _show(v) -> str:
 
 def build_header(data: ReportData, *, generated_by: dict | None = None) -> Header:
     """generated_by: provenance of the process rendering the report (git SHA)."""
-    runs, summary = data.runs, data.summary
+    summary = data.summary
+    runs = data.runs[data.runs["status"] != "damaged"]  # the provenance of the runs that could be read
     computed = runs[runs["same_run_as"] == ""]
     shared = sorted(set(runs.loc[runs["same_run_as"] != "", "cell_id"]))
     total = len(data.cells)
@@ -97,7 +98,8 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
         ("profile", data.profile),
         ("cells with results", f"{done} of {total} ({statuses.get('ok', 0)} ok, "
                                f"{statuses.get('diverged', 0) + statuses.get('partly-diverged', 0)} "
-                               f"diverged, {statuses.get('missing', 0)} missing)"),
+                               f"diverged, {statuses.get('damaged', 0) + statuses.get('partly-damaged', 0)} "
+                               f"with a damaged run, {statuses.get('missing', 0)} missing)"),
         ("seeds", ", ".join(map(str, seeds)) or "none"),
         ("runs", f"{len(runs)}" + (f" ({len(runs) - len(computed)} recorded as the same run as "
                                    f"another cell, computed once)" if len(computed) < len(runs) else "")),
@@ -120,6 +122,12 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
     diverged = statuses.get("diverged", 0) + statuses.get("partly-diverged", 0)
     if diverged:
         warnings.append(f"{diverged} cells diverged (NaN/inf loss) in at least one seed.")
+    damaged = summary[summary["status"].isin(("damaged", "partly-damaged"))] if len(summary) else summary
+    if len(damaged):
+        first = damaged.iloc[0]
+        warnings.append(f"{len(damaged)} cells have a run whose files cannot be used, shown as damaged with no "
+                        f"number from it (`lpdl status` lists them); the first, {first['cell_id']}: "
+                        f"{str(first.get('problem') or '').split(' | ')[0]}")
     flat = not_learned_cells(data)
     if flat:
         left_out = ("left out of the effects and claims" if data.profile == "mini"

@@ -13,7 +13,9 @@ import pandas as pd
 from ..config import LEARNED_MARGIN  # noqa: F401  (re-exported for the report modules)
 from ..pipeline.cells import Cell
 
-STATUSES = ("ok", "partly-diverged", "diverged", "missing")
+# partly-*: some seeds finished (the number is theirs); damaged: a run whose files cannot be used
+STATUSES = ("ok", "partly-diverged", "partly-damaged", "diverged", "damaged", "missing")
+NO_NUMBER = ("missing", "diverged", "damaged")  # statuses shown without a reproduced value
 VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")
 
 
@@ -51,6 +53,7 @@ class Entry:
     diverged_at: str = ""          # epochs where seeds diverged, e.g. "[3]"
     chance: float | None = None    # 100 / classes of the data the runs trained on
     same_run_as: str = ""          # the cell whose run this cell's is (mini: computed once)
+    problem: str = ""              # damaged runs: why their files cannot be used (one line each)
 
     @property
     def learned(self) -> bool | None:

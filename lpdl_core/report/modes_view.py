@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..pipeline.cells import Cell
 from ..pipeline.shapes import NORM_NAMES, TABLE_TITLES, block_title, name, variant
-from .model import DELTA_BANDS, LEARNED_MARGIN, ReportData, delta_class
+from .model import DELTA_BANDS, LEARNED_MARGIN, NO_NUMBER, ReportData, delta_class
 from .modes import MODE_LABELS, SIDES, headline, mode_labels
 from .table_style import CELL_COLOURS, FLAT_COLOUR, Styler, escaped
 from .templating import Markup, Tex, anchor, css_class, html_env, signed, signed_tex, tex, tex_env
@@ -150,12 +150,14 @@ def _isna(v) -> bool:
 
 def _side_text(r: dict, side: str, nl: str) -> str:
     status = r[f"status_{side}"]
-    if status in ("missing", "diverged"):
+    if status in NO_NUMBER:
         return status
     v = r[side]
     text = "–" if v is None else f"{v:.2f}"
     if status == "partly-diverged":
         text += "†"
+    if status == "partly-damaged":
+        text += "‡"
     return text + (f" {nl}" if r[f"learned_{side}"] is False else "")
 
 
@@ -171,7 +173,7 @@ def frame(t: ModesTable, labels: tuple[str, str]) -> pd.DataFrame:
 
 def _side_class(r: dict, side: str) -> str:
     status = r[f"status_{side}"]
-    if status in ("missing", "diverged"):
+    if status in NO_NUMBER:
         return status
     return "num " + css_class(status) + (" flat" if r[f"learned_{side}"] is False else "")
 

@@ -20,7 +20,7 @@ from typing import Callable
 import pandas as pd
 from pandas.io.formats.style import Styler as _PandasStyler
 
-from .model import LEARNED_MARGIN, Entry, PaperTable, delta_class
+from .model import LEARNED_MARGIN, NO_NUMBER, Entry, PaperTable, delta_class
 from .templating import Tex, css_class, epochs, html_macro, tex, tex_macro
 
 # LaTeX cell backgrounds (colortbl's \cellcolor with an HTML colour); report.css has the same
@@ -69,7 +69,7 @@ def entry_class(e: Entry | None, compare: str = "absolute") -> str:
     the delta class (close/near/far/none) in the paper profile and 'mini' otherwise."""
     if e is None:
         return "absent"
-    if e.status in ("missing", "diverged"):
+    if e.status in NO_NUMBER:
         return e.status
     band = "mini" if compare == "effects" else delta_class(e.delta)
     return f"{band} {css_class(e.status)}" + (" flat" if e.learned is False else "")
@@ -83,10 +83,14 @@ def entry_title(e: Entry | None) -> str:
         return f"{e.cell_id}: no result"
     if e.status == "diverged":
         return e.cell_id
+    if e.status == "damaged":
+        return f"{e.cell_id}: {e.problem}"
     title = e.cell_id
     if e.status == "partly-diverged":
         when = epochs(e.diverged_at)
         title += f": some seeds diverged{f' ({when})' if when else ''}; mean of {e.seeds} ok seed(s)"
+    if e.status == "partly-damaged":
+        title += f": a run cannot be used ({e.problem}); mean of {e.seeds} ok seed(s)"
     if e.learned is False:
         title += f"; within {LEARNED_MARGIN:g} points of chance ({e.chance:.2f})"
     if e.same_run_as:
@@ -97,7 +101,7 @@ def entry_title(e: Entry | None) -> str:
 def entry_tex_style(e: Entry | None, compare: str = "absolute") -> str:
     """Styler's LaTeX cell style: a \\cellcolor for did-not-learn (grey) or, in the paper
     profile, the delta band; nothing else."""
-    if e is None or e.status in ("missing", "diverged"):
+    if e is None or e.status in NO_NUMBER:
         return ""
     if e.learned is False:
         return f"cellcolor:[HTML]{{{FLAT_COLOUR}}};"

@@ -13,7 +13,7 @@ def _entry(row: dict) -> Entry:
     return Entry(cell_id=row["cell_id"], status=row["status"], reproduced=row["reproduced"],
                  std=row["reproduced_std"] if row["seeds"] > 1 else None, seeds=int(row["seeds"]),
                  paper=row["paper"], delta=row["delta"], diverged_at=row["diverged_at"] or "",
-                 chance=row["chance"], same_run_as=row["same_run_as"] or "")
+                 chance=row["chance"], same_run_as=row["same_run_as"] or "", problem=row.get("problem") or "")
 
 
 def paper_table(data: ReportData, table: str) -> PaperTable:

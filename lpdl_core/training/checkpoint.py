@@ -8,30 +8,74 @@ and all ranks continue from the latest epoch that every rank saved (an all-gathe
 each rank restores its own row, its wire state (the messages a receiver has not had yet, each
 edge's last active round) and its RNGs, so a resumed run equals an uninterrupted one.
 
-A file that cannot be used (truncated, random bytes, other settings, another rank's) is renamed
+Which run a checkpoint belongs to is its fingerprint (`fingerprint`): the caller's run identity
+(for a paper cell: the same record its metrics.json carries, lpdl_core.pipeline.runstore) and
+the resolved plan (data, graph, gossip, optimizer, protocol, the model's tensors and
+architecture). A checkpoint is resumed only when every part is equal; otherwise the notice names
+the first part that differs.
+
+A file that cannot be used (truncated, random bytes, another run's, another rank's) is renamed
 aside, never deleted, and reported through a "checkpoint-set-aside" event.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
 Progress = Callable[[dict], None]
 
 
-def save_atomic(path: Path, state: dict) -> None:
-    """A kill -9 mid-write leaves the previous file intact."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def fingerprint(*, identity: Mapping | None, **plan: Any) -> str:
+    """What a checkpoint must match, as canonical JSON: the run identity (None for a run that has
+    none) and each part of the resolved plan by its repr (frozen dataclass reprs are stable)."""
+    parts = {"identity": json.loads(json.dumps(identity, sort_keys=True, default=str)),
+             **{k: v if isinstance(v, (str, int, float)) else repr(v) for k, v in plan.items()}}
+    return json.dumps(parts, sort_keys=True)
+
+
+# what a notice names first: who the run is, before how it is computed
+_FIRST = {k: i for i, k in enumerate(("identity", "cell_id", "seed", "profile", "fidelity"))}
+
+
+def _first_difference(old: Any, new: Any, where: str = "") -> str | None:
+    """The first key path at which two decoded fingerprints differ, with both values."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in sorted(set(old) | set(new), key=lambda k: (_FIRST.get(k, len(_FIRST)), k)):
+            d = _first_difference(old.get(k), new.get(k), f"{where}.{k}" if where else k)
+            if d:
+                return d
+        return None
+    if old == new:
+        return None
+    show = lambda v: repr(v) if len(repr(v)) <= 60 else repr(v)[:57] + "..."  # noqa: E731
+    return f"{where}: {show(old)}, this run: {show(new)}"
+
+
+def mismatch(old: str, new: str) -> str:
+    """Why a checkpoint's fingerprint is not this run's, in a few words."""
     try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+        d = _first_difference(json.loads(old), json.loads(new))
+    except (TypeError, ValueError):  # a checkpoint of an older lpdl: its fingerprint was a repr
+        d = None
+    return f"written for another run ({d})" if d else "written for another run (an older checkpoint format)"
+
+
+def save_atomic(path: Path, state: dict) -> None:
+    """A kill -9 mid-write leaves the previous file intact (lpdl_core.atomic: only a regular file
+    is replaced). A failed write, a full disk included, is WriteFailed `cannot write <path>: <why>`:
+    torch.save writes through our file object, so its RuntimeError carries the OSError it met."""
+    from ..atomic import replacing, write_failed
+
+    try:
+        with replacing(path) as f:
+            torch.save(state, f)
+    except RuntimeError as e:  # torch's stream writer: "[enforce fail at inline_container.cc] ..."
+        raise write_failed(path, e) from e
 
 
 def set_aside(path: Path, tag: str) -> Path:
@@ -59,7 +103,7 @@ def read(path: Path, fingerprint: str, epochs: int) -> tuple[dict | None, str]:
     if not isinstance(ck, dict) or "fingerprint" not in ck:
         return None, "not an lpdl checkpoint"
     if ck["fingerprint"] != fingerprint:
-        return None, "written for other settings of this run"
+        return None, mismatch(ck["fingerprint"], fingerprint)
     try:
         epoch, curve = int(ck["epoch"]), list(ck["curve"])
     except Exception as e:  # noqa: BLE001

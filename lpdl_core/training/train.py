@@ -8,7 +8,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Literal, Mapping
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms, skew_partition
 from ..decentral.topology import Topology
-from .checkpoint import Checkpoints
+from .checkpoint import Checkpoints, fingerprint
 from .schedule import ScheduleCfg, lr_at, lr_at_step
 
 
@@ -88,7 +88,7 @@ class RunResult:
 def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
           gossip: GossipCfg, optim_cfg: OptimCfg, engine: EngineCfg, run: RunCfg,
           progress: Callable[[dict], None] | None = None,
-          checkpoint: str | os.PathLike | None = None) -> RunResult:
+          checkpoint: str | os.PathLike | None = None, identity: Mapping | None = None) -> RunResult:
     """Train n nodes on `split`. The whole dataset moves to the training device once (images as
     uint8); each step augments and normalizes the node-stacked batch there.
 
@@ -104,6 +104,11 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     exactly the metrics of an uninterrupted one. A checkpoint that cannot be used (truncated,
     random bytes, other settings) is renamed aside, never deleted, with a "checkpoint-set-aside"
     progress event, and the run starts from scratch.
+
+    identity: what the caller names this run's result (a paper cell's run identity: cell, seed,
+    profile, defining columns, fidelity). A checkpoint is resumed only when its identity and the
+    resolved plan (data, graph, gossip, optimizer, protocol, the model's tensors and
+    architecture) are this run's (lpdl_core.training.checkpoint.fingerprint).
     """
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
@@ -142,11 +147,13 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     curve: list[dict] = []
     status, diverged_at = "ok", None
     start_epoch, elapsed_before = 0, 0.0
-    # What the checkpoint must match: the same run of the same cell (frozen dataclass reprs are stable).
-    fingerprint = repr((split.name, len(split.x_train), topology, gossip, optim_cfg, run, sim.layout.d))
+    # What the checkpoint must match: this run's identity and its whole resolved plan.
+    fp = fingerprint(identity=identity, data=f"{split.name} ({len(split.x_train)} training samples)",
+                     topology=topology, gossip=gossip, optim=optim_cfg, run=run, layout=sim.layout,
+                     architecture=sim.architecture)
     ckpt = Checkpoints(checkpoint, sim) if checkpoint is not None else None
     if ckpt is not None:
-        resumed = ckpt.resume(fingerprint, run.epochs, sim, aug_gen, progress)
+        resumed = ckpt.resume(fp, run.epochs, sim, aug_gen, progress)
         if resumed is None:  # nothing usable: this run starts from scratch
             if ckpt.dirty:  # half-restored
                 sim, aug_gen = fresh()
@@ -181,7 +188,7 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         curve.append(row)
         if ckpt is not None:
             ckpt.save({
-                "fingerprint": fingerprint, "epoch": epoch, "curve": curve, "sim": sim.state_dict(),
+                "fingerprint": fp, "epoch": epoch, "curve": curve, "sim": sim.state_dict(),
                 "torch_rng": torch.get_rng_state(), "aug_gen": aug_gen.get_state(),
                 "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
                 "elapsed": elapsed_before + time.perf_counter() - t0})

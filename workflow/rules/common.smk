@@ -18,10 +18,12 @@ SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").rea
 
 
 def _checked_config(cfg):
-    from lpdl_core.config import check_workflow_config
+    """Checked against the schema, the optional keys' defaults filled in (lpdl_core.pipeline.wfconfig,
+    which `lpdl status` reads the config with too)."""
+    from lpdl_core.pipeline.wfconfig import resolve
 
     try:
-        return check_workflow_config(cfg, SCHEMA)
+        return resolve(cfg, SCHEMA)
     except LpdlError as e:
         _fail(e)
 
@@ -44,12 +46,10 @@ _check_cluster_env()
 _cfg = _checked_config(config)
 config.clear()
 config.update(_cfg)
-for _key, _spec in SCHEMA["properties"].items():
-    if "default" in _spec:  # optional keys: the schema's default
-        config.setdefault(_key, _spec["default"])
 
 from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
-from lpdl_core.config import TABLES, Fidelity, other_mode, results_name  # noqa: E402
+from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
+from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
 from lpdl_core.pipeline.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
 
@@ -65,11 +65,8 @@ JOBS = plan_jobs(CELLS, PROFILE, config.get("cells_per_job"))
 # results/{results}: the profile's folder in this fidelity mode (results/mini, results/mini-official);
 # with compare_modes, the other mode's folder too, so the report shows both side by side
 RESULTS = results_name(PROFILE, FIDELITY)
-MODES = {RESULTS: FIDELITY}
-COMPARE = None
-if config.get("compare_modes"):
-    COMPARE, _other = other_mode(PROFILE, FIDELITY)
-    MODES[COMPARE] = _other
+MODES = modes(config)
+COMPARE = next((r for r in MODES if r != RESULTS), None)
 RUN_DIR = "results/{results}/runs/{cell}/seed{seed}"
 
 # How a job runs, never what it computes (device, executor, paths, threads), reaches the train
@@ -87,9 +84,10 @@ wildcard_constraints:
     table="|".join(TABLES),
 
 
-def run_files(wildcards):
-    """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed."""
-    return expand(f"{RUN_DIR}/{{name}}", results=wildcards.results, cell=[c.cell_id for c in CELLS],
+def run_files(wildcards=None, *, results=None):
+    """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed (of the
+    mode's folder `results`, or the job's wildcard)."""
+    return expand(f"{RUN_DIR}/{{name}}", results=results or wildcards.results, cell=[c.cell_id for c in CELLS],
                   seed=config["seeds"], name=("metrics.json", "curve.csv"))
 
 
@@ -215,3 +213,30 @@ def _warn_long_jobs():
 
 
 _warn_long_jobs()
+
+
+def check_results_current() -> None:
+    """After an invocation that built the default target, the last check (lpdl_core.pipeline.status,
+    as `lpdl status` prints it): runs.csv holds exactly the run files the config names and the
+    report is newer than runs.csv and the tables. Otherwise the problems, one line each, and exit 1:
+    "100% done" never stands beside a report that does not match the files and the config.
+    Damaged runs (and runs of other settings put there by hand), which the report marks as such,
+    are named in one line each. Other targets (a table, a run, the demo) promise no report."""
+    from lpdl_core.pipeline.status import folder_status
+
+    try:
+        if not any(job.rule.name == "all" for job in workflow.dag.targetjobs):
+            return
+    except Exception:  # noqa: BLE001  (an internal of Snakemake: when in doubt, check)
+        pass
+    folders = [folder_status(CELLS, f"results/{r}", profile=PROFILE, seeds=config["seeds"], fidelity=fid,
+                             report_dir=REPORT_DIR if r == RESULTS else None, tables=config["tables"])
+               for r, fid in MODES.items()]
+    for st in folders:
+        if not st.current:
+            for line in st.lines(limit=10):
+                sys.stderr.write(f"lpdl: {line}\n")
+    if not all(st.consistent for st in folders):
+        sys.stderr.write("lpdl: error: the report does not match the run folders and the config (above; "
+                         "`lpdl status` lists every run): run snakemake again, or report this as a bug of lpdl\n")
+        raise SystemExit(1)

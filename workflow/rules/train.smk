@@ -8,6 +8,9 @@
 # SLURM job of n tasks (`srun -n n`) under the slurm profile (task_resources, common.smk).
 # {results} is the fidelity mode's folder (results/mini, results/mini-official): the mode's
 # fidelity reaches the job as typed JSON.
+# The data and pretrained weights are fetched and verified before any train job starts (download.smk:
+# an onstart hook, not an input, so that re-verifying them never hides or reruns a train job); the
+# job runs offline.
 # Each cell resumes from its checkpoint.pt (not a declared output, so it survives a failed or
 # preempted job); a finished copy in .kept/ survives Snakemake's deletion of a failed job's
 # outputs, so a rerun restores finished cells instead of recomputing them.
@@ -17,10 +20,6 @@ for _job in JOBS:
     rule:
         name:
             _job.rule
-        input:
-            # the data and pretrained weights, fetched and verified by the download rule; the job
-            # runs offline (ancient: re-verifying them never reruns a finished cell)
-            ancient(DOWNLOAD),
         output:
             # every artifact of every cell: the aggregate step reads metrics.json and curve.csv
             [f"{RUN_DIR.replace('{cell}', c)}/{a}" for c in _job.cells for a in RUN_ARTIFACTS],

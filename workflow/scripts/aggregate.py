@@ -1,5 +1,6 @@
 """Snakemake script: every run -> runs.csv, curves.csv and the per-table CSVs (lpdl_core.pipeline.aggregate).
-An expected failure (corrupt or mislabelled metrics.json) is one line in the log and on stderr."""
+A damaged run (corrupt or mislabelled metrics.json, unreadable curve) is a marked cell and one
+warning line in the log and on stderr; an expected failure (e.g. a full disk) is one error line."""
 import sys
 from pathlib import Path
 
@@ -12,8 +13,12 @@ with open(sm.log[0], "w") as log:
     try:
         cfg, profile = sm.config, sm.config["profile"]
         cells = load_cells(cfg["paper_dir"], tables=cfg["tables"])
+        def warn(line: str) -> None:  # a damaged run: a marked cell, never a failed step
+            print(f"lpdl: aggregate: damaged run, shown as such: {line}", file=log, flush=True)
+            print(f"lpdl: aggregate: damaged run, shown as such: {line}", file=sys.stderr, flush=True)
+
         written = write_aggregate(Path(sm.output.runs).parent, cells, profile=profile, tables=cfg["tables"],
-                                  seeds=cfg["seeds"], fidelity=sm.params.fidelity)
+                                  seeds=cfg["seeds"], fidelity=sm.params.fidelity, warn=warn)
         print(f"aggregate: {len(cells)} cells, wrote {len(written)} files", file=log)
     except LpdlError as e:
         line = f"lpdl aggregate: error: {e}"

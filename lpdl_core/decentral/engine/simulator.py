@@ -14,6 +14,7 @@ momentum for them; gossip mixes, compresses and counts them with the weights.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
@@ -82,6 +83,8 @@ class Simulator:
         torch.manual_seed(engine.seed)  # every node starts from the same x_0
         model0 = make_model()
         self.layout = Layout.from_module(model0)
+        # the model's module tree (classes and their settings), hashed: part of what a checkpoint must match
+        self.architecture = hashlib.sha256(str(model0).encode()).hexdigest()[:16]
         x0 = self.layout.flatten([p.detach() for _, p in node_parameters(model0)])
         self.x = x0.to(self.device).unsqueeze(0).repeat(n, 1)
         self.u = torch.ones(n, device=self.device, dtype=self.x.dtype)

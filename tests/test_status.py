@@ -1,0 +1,105 @@
+"""`lpdl status` and the workflow's last check (lpdl_core.pipeline.status): for every run a config
+names, whether it is the run asked for and whether runs.csv (so the tables and the report) holds
+exactly that file; whether the report is newer than what it shows. The pipeline cases are in
+tests/test_hostile.py (section 8); here each state on a results folder built by hand."""
+import json
+import os
+import time
+
+from test_aggregate import T3, _metrics, _write
+
+from lpdl_core.cli import main
+from lpdl_core.config import Fidelity
+from lpdl_core.pipeline.aggregate import write_aggregate
+from lpdl_core.pipeline.status import folder_status
+from lpdl_core.pipeline.tidy import run_dir
+
+CELLS = T3[:3]
+
+
+def _results(tmp_path):
+    root = tmp_path / "results" / "mini"
+    for c in CELLS:
+        _write(root, c, _metrics(c, 90.0, classes=10))
+    write_aggregate(root, CELLS, profile="mini", tables=["table3"], seeds=[1])
+    return root
+
+
+def _status(root, report=None, **kw):
+    return folder_status(CELLS, root, profile="mini", seeds=[1], fidelity=Fidelity(**kw),
+                         report_dir=report, tables=["table3"])
+
+
+def test_a_freshly_aggregated_folder_is_current(tmp_path):
+    st = _status(_results(tmp_path))
+    assert st.current and st.consistent and st.counts["current"] == 3
+
+
+def test_each_way_a_folder_falls_behind_is_named(tmp_path):
+    root = _results(tmp_path)
+    a, b, c = CELLS
+    (run_dir(root, a.cell_id, 1) / "metrics.json").unlink()                       # missing
+    (run_dir(root, b.cell_id, 1) / "metrics.json").write_text("{not json")        # damaged, after aggregating
+    m = _metrics(c, 80.0, classes=10)                                             # a new result, not aggregated
+    (run_dir(root, c.cell_id, 1) / "metrics.json").write_text(json.dumps(m))
+    st = _status(root)
+    states = {r.cell_id: (r.state, r.aggregated) for r in st.runs}
+    assert states == {a.cell_id: ("missing", False), b.cell_id: ("damaged", False), c.cell_id: ("current", False)}
+    assert not st.consistent and not st.current
+    text = "\n".join(st.lines())
+    assert "1 current, 1 missing, 1 damaged; 2 not in runs.csv" in text and "does not hold this result" in text
+    write_aggregate(root, CELLS, profile="mini", tables=["table3"], seeds=[1])
+    st = _status(root)  # damaged is marked in runs.csv: consistent, but not current; missing stays missing
+    assert [r.state for r in st.runs] == ["missing", "damaged", "current"] and not st.consistent
+    (run_dir(root, a.cell_id, 1) / "metrics.json").write_text(json.dumps(_metrics(a, 90.0, classes=10)))
+    write_aggregate(root, CELLS, profile="mini", tables=["table3"], seeds=[1])
+    st = _status(root)
+    assert st.consistent and not st.current  # the damaged run is shown as such: the report tells the truth
+
+
+def test_a_run_of_other_settings_is_another_run(tmp_path):
+    st = _status(_results(tmp_path), act_rounding="stochastic")  # the config changed since the runs
+    assert {r.state for r in st.runs} == {"other-run"} and "fidelity.act_rounding" in st.runs[0].why
+
+
+def test_the_report_must_be_newer_than_what_it_shows(tmp_path):
+    root = _results(tmp_path)
+    report = tmp_path / "report"
+    report.mkdir()
+    assert _status(root, report).report == f"no {report / 'report.html'}"
+    (report / "report.html").write_text("<html>")
+    past = time.time() - 60
+    os.utime(report / "report.html", (past, past))
+    assert "is older than" in _status(root, report).report
+    os.utime(report / "report.html")
+    assert _status(root, report).current
+
+
+def test_runs_the_config_does_not_name_make_runs_csv_stale(tmp_path):
+    root = _results(tmp_path)
+    st = folder_status(CELLS[:2], root, profile="mini", seeds=[1], fidelity=Fidelity())
+    assert not st.consistent and st.extra == (f"{CELLS[2].cell_id} seed 1",)
+
+
+def test_lpdl_status_reads_the_config_as_snakemake_does(tmp_path, capsys):
+    """In a workflow folder: config/config.yaml, then --configfile, then --config; exit 1 and one
+    line per run that is not current, exit 0 when everything is."""
+    import shutil
+
+    from repo_copy import ROOT
+
+    work = tmp_path / "wf"
+    (work / "workflow" / "schemas").mkdir(parents=True)
+    shutil.copy(ROOT / "workflow/schemas/config.schema.yaml", work / "workflow/schemas/")
+    (work / "config").mkdir()
+    shutil.copy(ROOT / "config/config.yaml", work / "config/")
+    (work / "more.yaml").write_text("seeds: [1]\n")
+    root = _results(work)
+    argv = ["status", "--directory", str(work), "--configfile", "more.yaml", "--config", "tables=[table3]"]
+    assert main(argv) == 1  # only 3 of table3's 16 cells have runs, and there is no report
+    out = capsys.readouterr().out
+    assert f"{root}: 16 cells x 1 seed: 3 current, 13 missing" in out and "report: no " in out
+    assert main(argv + ["--config", "seeds=[2]"]) == 1
+    assert "0 current, 16 missing" in capsys.readouterr().out
+    assert main(["status", "--directory", str(work), "--config", "seeds=[1,x]"]) == 2
+    assert "seeds/1" in capsys.readouterr().err
