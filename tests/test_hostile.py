@@ -832,8 +832,8 @@ def _ran(p: subprocess.CompletedProcess, rule: str) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("remove", [
     [f"results/mini/runs/{FAST_CELL}/seed1234"],                      # the README's way to recompute a cell
-    [f"results/mini/runs/{FAST_CELL}/seed1234/metrics.json"],
-    ["results/mini/runs.csv", "results/mini/tables/table1-paper.csv"],
+    [f"results/mini/runs/{FAST_CELL}/seed1234/metrics.json",          # a run's result, restored from .kept
+     "results/mini/runs.csv", "results/mini/tables/table1-paper.csv"],  # the tidy frame and a table
 ])
 def test_rerun_what_was_removed_is_rebuilt_in_the_same_invocation(built, tmp_path, remove):
     repo = _copy_built(built, tmp_path)

@@ -229,7 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="as snakemake's: applied over config/config.yaml (repeatable)")
     st.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
                     help="as snakemake's --config (YAML values, e.g. seeds=[1,2] 'fidelity={act_rounding: stochastic}')")
-    st.add_argument("--directory", default=".", help="the workflow folder (default: here)")
+    st.add_argument("--directory", default=".",
+                    help="the working directory, as snakemake --directory: config/config.yaml, results/ and the "
+                         "report are read there (default: here)")
     st.add_argument("--all", action="store_true", help="list every run that is not current (default: the first 20)")
     st.set_defaults(func=_cmd_status)
 

@@ -173,8 +173,8 @@ def _cmd_status(a: argparse.Namespace) -> int:
     from ..pipeline.wfconfig import load, modes
 
     cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
-    cells = load_cells(cfg["paper_dir"], tables=cfg["tables"])
-    root = Path(a.directory)
+    root = Path(a.directory)  # snakemake's working directory: the config's relative paths start here
+    cells = load_cells(root / cfg["paper_dir"] if cfg["paper_dir"] else None, tables=cfg["tables"])
     main, *_ = mode_names = list(modes(cfg).items())
     current = True
     for name, fid in mode_names:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..config import Fidelity, check_workflow_config, other_mode, results_name
+from ..config import PACKAGE_DIR, Fidelity, check_workflow_config, other_mode, results_name
 from ..errors import ConfigError
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # relative to the workflow's directory
@@ -59,12 +59,15 @@ def _yaml(path: Path) -> dict:
 
 
 def load(directory: str | Path = ".", configfiles: Iterable[str] = (), overrides: Iterable[str] = ()) -> dict:
-    """The resolved config of `snakemake [--configfile F ...] [--config K=V ...]` run in directory."""
+    """The resolved config of `snakemake [--configfile F ...] [--config K=V ...]` run in directory
+    (its working directory: config files and the config's relative paths are relative to it)."""
     import yaml
 
     directory = Path(directory)
-    schema_path = directory / SCHEMA
-    if not schema_path.is_file():
+    # the schema sits beside the Snakefile: in the folder, or (snakemake --directory .test) in the
+    # checkout this lpdl_core belongs to
+    schema_path = next((d / SCHEMA for d in (directory, PACKAGE_DIR.parent) if (d / SCHEMA).is_file()), None)
+    if schema_path is None:
         raise ConfigError(f"{directory}: no {SCHEMA} (run in the lpdl checkout, or give its folder)")
     cfg = _yaml(directory / CONFIGFILE)
     for f in configfiles:

@@ -213,30 +213,3 @@ def _warn_long_jobs():
 
 
 _warn_long_jobs()
-
-
-def check_results_current() -> None:
-    """After an invocation that built the default target, the last check (lpdl_core.pipeline.status,
-    as `lpdl status` prints it): runs.csv holds exactly the run files the config names and the
-    report is newer than runs.csv and the tables. Otherwise the problems, one line each, and exit 1:
-    "100% done" never stands beside a report that does not match the files and the config.
-    Damaged runs (and runs of other settings put there by hand), which the report marks as such,
-    are named in one line each. Other targets (a table, a run, the demo) promise no report."""
-    from lpdl_core.pipeline.status import folder_status
-
-    try:
-        if not any(job.rule.name == "all" for job in workflow.dag.targetjobs):
-            return
-    except Exception:  # noqa: BLE001  (an internal of Snakemake: when in doubt, check)
-        pass
-    folders = [folder_status(CELLS, f"results/{r}", profile=PROFILE, seeds=config["seeds"], fidelity=fid,
-                             report_dir=REPORT_DIR if r == RESULTS else None, tables=config["tables"])
-               for r, fid in MODES.items()]
-    for st in folders:
-        if not st.current:
-            for line in st.lines(limit=10):
-                sys.stderr.write(f"lpdl: {line}\n")
-    if not all(st.consistent for st in folders):
-        sys.stderr.write("lpdl: error: the report does not match the run folders and the config (above; "
-                         "`lpdl status` lists every run): run snakemake again, or report this as a bug of lpdl\n")
-        raise SystemExit(1)
