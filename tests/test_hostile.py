@@ -877,22 +877,24 @@ def test_rerun_forced_train_job_with_a_new_data_root_runs_in_the_same_invocation
     _assert_current(repo)
 
 
-def _kill_when(proc: subprocess.Popen, ready, timeout: float = 300, train_only: bool = False) -> None:
+def _kill_when(proc: subprocess.Popen, ready, timeout: float = 300, train_only: bool = False, only=None) -> None:
     """kill -9, once ready() holds: the whole process group, or only its `lpdl_core train` process
-    (a job that dies, as under an OOM killer, while Snakemake lives on)."""
+    (a job that dies, as under an OOM killer, while Snakemake lives on), or the first of those
+    for which only(process) holds (a rank)."""
     import psutil
 
     deadline = time.time() + timeout
     while not ready():
         assert proc.poll() is None and time.time() < deadline, "ended before the moment to kill it"
         time.sleep(0.05)
-    if not train_only:
+    if not train_only and only is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         return
-    (job,) = [c for c in psutil.Process(proc.pid).children(recursive=True)
-              if "lpdl_core" in c.cmdline() and "train" in c.cmdline()]
-    job.kill()
+    jobs = [c for c in psutil.Process(proc.pid).children(recursive=True)
+            if "lpdl_core" in c.cmdline() and "train" in c.cmdline() and (only is None or only(c))]
+    assert jobs if only else len(jobs) == 1, jobs
+    jobs[0].kill()
 
 
 def _snakemake_bg(repo: Path, *args: str) -> subprocess.Popen:
@@ -916,6 +918,30 @@ def test_rerun_a_failed_train_job_is_resumed_by_a_plain_rerun(built, tmp_path):
     assert "resuming at epoch" in log
     assert json.loads((run / "metrics.json").read_text())["identity"]["cell"]["lr"] == 0.05
     _assert_current(repo)
+
+
+@pytest.mark.slow
+def test_rerun_a_distributed_job_whose_rank_died_is_resumed_by_a_plain_rerun(tmp_path):
+    """The same for the distributed executor: a rank killed mid-cell fails its job (torchrun stops
+    the others); the next plain call resumes every rank from the last epoch all of them saved."""
+    from repo_copy import small_paper_dir as one_cell_dir
+
+    cell = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"  # 4 nodes: the smallest distributed mini cell
+    repo = copy_repo(tmp_path / "repo")
+    one_cell_dir(repo / "small", table="table4", cell=cell)
+    config = ("paper_dir=small", "tables=[table4]")
+    assert smk(repo, "-c2", "--config", *config).returncode == 0  # built once, with the loop executor
+    _edit_row(repo / "small" / "table4.csv", "int8", lr="0.02")  # its lr (0.01): the job must train
+    run = repo / "results/mini/runs" / cell / "seed1234"
+    proc = _snakemake_bg(repo, "-c2", "--config", *config, "executor=distributed")
+    _kill_when(proc, lambda: (run / "checkpoint.rank1of4.pt").exists(), only=lambda c: "torch.distributed.run" in
+               " ".join(c.parent().cmdline()) if c.parent() else False)
+    assert proc.wait(timeout=300) != 0 and not (run / "metrics.json").exists()
+    p = smk(repo, "-c2", "--config", *config, "executor=distributed")
+    assert p.returncode == 0 and "rule train_" in p.stdout + p.stderr, p.stderr[-2000:]
+    log = next((repo / "results/mini/logs/train").rglob("seed1234.log")).read_text()
+    assert "resuming at epoch" in log and json.loads((run / "metrics.json").read_text())["executor"] == "distributed"
+    assert lpdl("status", "--config", *config, "executor=distributed", cwd=repo).returncode == 0
 
 
 @pytest.mark.slow
