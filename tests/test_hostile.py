@@ -1071,15 +1071,7 @@ def test_kill9_leftover_temp_files_are_not_results(tmp_path, finished_run):
 @pytest.mark.slow
 def test_kill9_mid_training_then_rerun_resumes_and_equals_uninterrupted(tmp_path, finished_run):
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "lpdl_core", "train", "--cell", FAST_CELL, "--out", str(run),
-                             "--device", "cpu"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (run / "checkpoint.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "finished before a checkpoint existed"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert not (run / "metrics.json").exists()
+    _killed_after_a_checkpoint(run, "--cell", FAST_CELL)
     p = lpdl("train", "--cell", FAST_CELL, "--out", str(run), "--device", "cpu")
     assert p.returncode == 0 and "resuming at epoch" in p.stderr
     ref = json.loads((finished_run / "metrics.json").read_text())
