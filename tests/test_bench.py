@@ -16,6 +16,8 @@ def test_bench_json_report(tmp_path, capsys):
     assert set(rep["results"]) == {"fp32", "int8"} and rep["nodes"] == 2 and rep["executor"] == "loop"
     for r in rep["results"].values():
         assert r["median_s"] > 0 and r["params"] == 273_258
+        assert r["aten_ops"] > r["non_view_ops"] > 0 and r["host_syncs"] == 0
+    assert rep["lp_over_fp_aten_ops"] == rep["results"]["int8"]["aten_ops"] / rep["results"]["fp32"]["aten_ops"]
     assert rep["lp_over_fp"] > 0 and rep["target_lp_over_fp"] == LP_OVER_FP_TARGET
     assert rep["meets_target"] == (rep["lp_over_fp"] <= LP_OVER_FP_TARGET)
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .params import OwnRangeParams
 from .quantizer import QuantCfg, eager_apply, fake_quant, quantize, quantize_grad
 
 
@@ -49,14 +50,15 @@ class QuantMeasure(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             with torch.no_grad():
-                flat = x.detach().flatten(1)
-                x_min, x_max = flat.amin(1).mean(), flat.amax(1).mean()
+                lo, hi = torch.aminmax(x.detach().flatten(1), dim=1)  # per sample
+                # shaped (1,) as the running range (fewer ops under vmap, same arithmetic)
+                x_min, x_max = lo.mean().reshape(1), hi.mean().reshape(1)
                 m = self.qcfg.momentum
                 self.running_min.mul_(m).add_(x_min * (1 - m))
                 self.running_max.mul_(m).add_(x_max * (1 - m))
             rounding = self.qcfg.act_rounding
         else:
-            x_min, x_max = self.running_min.squeeze(0), self.running_max.squeeze(0)
+            x_min, x_max = self.running_min, self.running_max
             rounding = self.qcfg.eval_rounding
         return quantize(x, self.qcfg.bits, rounding, x_min, x_max)
 
@@ -127,13 +129,13 @@ _conv_apply = eager_apply(_BifurcatedConv)
 _linear_apply = eager_apply(_BifurcatedLinear)
 
 
-class _QuantizedOperands:
+class _QuantizedOperands(OwnRangeParams):
     """Shared by QConv2d/QLinear: 8-bit input (measured range), weight and bias (own range)."""
 
+    quantized_params = ("weight", "bias")
+
     def quantized_operands(self, x: torch.Tensor):
-        q = self.qcfg
-        qb = quantize(self.bias, q.bits) if self.bias is not None else None
-        return self.quantize_input(x), quantize(self.weight, q.bits), qb
+        return self.quantize_input(x), self.own_range(self.weight), self.own_range(self.bias)
 
 
 class QConv2d(_QuantizedOperands, nn.Conv2d):

@@ -31,6 +31,7 @@ from torch import nn
 
 from ..config import NORMS
 from .layers import QuantMeasure
+from .params import OwnRangeParams
 from .quantizer import QuantCfg, quantize, quantize_grad
 from .range_bn import RANGE_CONST, RangeBatchNorm2d, RangeBNAct, check_4d, range_scale_fix  # noqa: F401
 from .range_fused import group_scale, range_evonorm
@@ -104,7 +105,7 @@ class EvoNormS0(nn.Module):
         return f"{self.num_features}, groups={self.groups}, eps={self.eps}"
 
 
-class RangeEvoNorm(nn.Module):
+class RangeEvoNorm(OwnRangeParams, nn.Module):
     r"""Range EvoNorm (the paper's Sec. 3; official ``quantize.RangeEN``).
 
     .. math::
@@ -157,6 +158,7 @@ class RangeEvoNorm(nn.Module):
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
         self.num_features, self.groups, self.chunks, self.eps = num_features, groups, chunks, eps
         self.qcfg, self.activation = qcfg, activation
+        self.quantized_params = ("v", "weight", "bias") if qcfg is not None else ()
         shape = (1, num_features, 1, 1)
         self.weight = nn.Parameter(torch.empty(shape))
         self.bias = nn.Parameter(torch.zeros(shape))
@@ -183,7 +185,7 @@ class RangeEvoNorm(nn.Module):
         q = self.qcfg
         if q is not None:
             x = self.quantize_input(x)
-            v, w, b = quantize(self.v, q.bits), quantize(self.weight, q.bits), quantize(self.bias, q.bits)
+            v, w, b = self.own_range(self.v), self.own_range(self.weight), self.own_range(self.bias)
         else:
             v, w, b = self.v, self.weight, self.bias
         if self.fused and self.activation == "hardsigmoid":

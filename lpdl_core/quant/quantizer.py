@@ -133,6 +133,12 @@ def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:
     return t.add_(lanes.view(t.shape), alpha=2.0 ** -16)
 
 
+def _rank_of(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A per-tensor range r (one element) shaped to x's rank. Under vmap this saves the batching
+    rules' re-views and scalar copies in every op that broadcasts r (same values, same arithmetic)."""
+    return r.reshape((1,) * x.dim()) if r.numel() == 1 and r.dim() != x.dim() else r
+
+
 def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
                x_min: torch.Tensor | None = None, x_max: torch.Tensor | None = None) -> torch.Tensor:
     """Quantize-dequantize x to 2**bits levels over [x_min, x_max] (default: x's own range).
@@ -145,6 +151,7 @@ def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
         lo, hi = torch.aminmax(x.detach())
         x_min = lo if x_min is None else x_min
         x_max = hi if x_max is None else x_max
+    x_min, x_max = _rank_of(x_min, x), _rank_of(x_max, x)
     levels = 2.0 ** bits - 1.0
     scale = ((x_max - x_min) / levels).clamp(min=1e-8)
     t = (x - x_min).div_(scale)  # a fused x*(1/s) - min/s differs in the last bit at .5 ties
@@ -203,9 +210,9 @@ _quantize_apply = eager_apply(_Quantize)
 def quantize(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
              x_min: torch.Tensor | None = None, x_max: torch.Tensor | None = None) -> torch.Tensor:
     """Fake-quantize with a straight-through estimator: forward Q(x), backward identity."""
-    if x_min is not None:
+    if x_min is not None and x_min.requires_grad:  # ranges are constants of the STE
         x_min = x_min.detach()
-    if x_max is not None:
+    if x_max is not None and x_max.requires_grad:
         x_max = x_max.detach()
     return _quantize_apply(x, bits, rounding, x_min, x_max)
 

@@ -22,6 +22,7 @@ from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms, skew_partition
 from ..decentral.topology import Topology
+from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import ScheduleCfg, lr_at, lr_at_step
 
@@ -119,8 +120,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         if engine.executor == "distributed":
             from ..quant.quantizer import NOISE  # the 8-bit noise stream each rank replays
             s = NodeProcess(make_model, noise=NOISE, **kw)
-        else:
-            s = Simulator(make_model, **kw)
+        else:  # the 8-bit layers' weight quantizers run once for all nodes where that saves work
+            s = Simulator(make_model, param_transform=ParamQuant, **kw)
         return s, torch.Generator(device=s.device).manual_seed(run.partition_seed + 2)
 
     sim, aug_gen = fresh()

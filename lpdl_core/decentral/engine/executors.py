@@ -8,7 +8,8 @@ expected to win on GPUs where n small models underfill the device.
 """
 from __future__ import annotations
 
-from typing import Callable, Literal
+import contextlib
+from typing import Callable, Literal, Protocol
 
 import torch
 from torch import nn
@@ -17,6 +18,26 @@ from torch.func import functional_call, grad_and_value, vmap
 from ..layout import Layout, node_parameters
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class ParamTransform(Protocol):
+    """A model's own transform of its stacked parameters before each batched training forward,
+    built as `factory(module, layout.names, layout.numels, device)`: `transform(Z)` returns the
+    (n, d) values the layers are to read (a new tensor), and inside `transform.handed_over()` the
+    layers read them as given. The transform must be straight-through (dL/dZ = dL/dtransform(Z)).
+    The 8-bit layers' own-range weight quantization is one (lpdl_core.quant.params.ParamQuant)."""
+
+    def __call__(self, Z: torch.Tensor) -> torch.Tensor: ...
+
+    def handed_over(self) -> contextlib.AbstractContextManager: ...
+
+
+class _Identity:
+    def __call__(self, Z: torch.Tensor) -> torch.Tensor:
+        return Z
+
+    def handed_over(self) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
 
 
 def _state(module: nn.Module) -> list[nn.Parameter]:
@@ -80,11 +101,14 @@ class BatchedExecutor:
     name: Literal["batched"] = "batched"
 
     def __init__(self, make_model: Callable[[], nn.Module], n: int, layout: Layout,
-                 Z: torch.Tensor, loss_fn: LossFn):
+                 Z: torch.Tensor, loss_fn: LossFn, param_transform=None):
         self.layout, self.Z, self.loss_fn = layout, Z, loss_fn
         self.module = make_model().to(Z.device)
         if len(_state(self.module)) != len(layout.shapes):
             raise ValueError("model parameters do not match the layout")
+        # e.g. the 8-bit layers' own-range weight quantizers, run once over all nodes and tensors
+        self.param_transform: ParamTransform = (_Identity() if param_transform is None else
+                                                param_transform(self.module, layout.names, layout.numels, Z.device))
         # Buffers are stacked per node; a train-mode forward updates its node's row in place.
         self.buffers = {k: b.unsqueeze(0).expand(n, *b.shape).clone()
                         for k, b in self.module.named_buffers()}
@@ -102,10 +126,15 @@ class BatchedExecutor:
         return dict(zip(self.layout.names, self.layout.views(self.Z)))
 
     def loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As the loop executor's. The layers read param_transform(Z) (for the 8-bit layers: their
+        weights already quantized, bitwise as they would; straight-through, so the same gradient)."""
         self.module.train()
-        params = self._params()
-        frozen = {k: params.pop(k) for k in self.layout.frozen}
-        grads, losses = self._grad(params, frozen, self.buffers, xb, yb)
+        params = dict(zip(self.layout.names, self.layout.views(self.param_transform(self.Z))))
+        frozen = {k: self._params()[k] for k in self.layout.frozen}  # views of Z: the forward updates them
+        for k in frozen:
+            del params[k]
+        with self.param_transform.handed_over():
+            grads, losses = self._grad(params, frozen, self.buffers, xb, yb)
         G = self.layout.flatten([grads[k] if k in grads else torch.zeros_like(frozen[k])
                                  for k in self.layout.names], lead=1)
         return losses.detach(), G
@@ -139,10 +168,14 @@ REGISTRY: dict[str, type[LoopExecutor] | type[BatchedExecutor]] = {
 EXECUTORS = tuple(REGISTRY)  # == lpdl_core.config.EXECUTORS (the torch-free copy; a test checks)
 
 
-def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn):
-    """The executor registered as `kind`, running n replicas of `make_model()` over Z."""
+def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn,
+                  param_transform=None):
+    """The executor registered as `kind`, running n replicas of `make_model()` over Z.
+    param_transform: a ParamTransform factory, used where it saves work (the batched executor)."""
     try:
         cls = REGISTRY[kind]
     except KeyError:
         raise ValueError(f"engine.executor must be one of {tuple(REGISTRY)}, got {kind!r}") from None
+    if cls is BatchedExecutor:
+        return cls(make_model, n, layout, Z, loss_fn, param_transform)
     return cls(make_model, n, layout, Z, loss_fn)

@@ -72,7 +72,11 @@ class Simulator:
     def __init__(self, make_model: Callable[[], nn.Module], *, topology: Topology,
                  gossip: GossipCfg = GossipCfg(), optim_cfg: OptimCfg = OptimCfg(),
                  engine: EngineCfg = EngineCfg(),
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy):
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+                 param_transform=None):
+        """param_transform: the model's stacked-parameter transform factory (executors.ParamTransform;
+        for 8-bit models lpdl_core.quant.params.ParamQuant), which the batched executor runs once
+        for all nodes instead of per layer. Same numbers with or without it."""
         self.topology, self.gossip_cfg, self.optim_cfg, self.engine_cfg = topology, gossip, optim_cfg, engine
         if engine.executor not in IN_PROCESS:
             raise ValueError(f"engine.executor {engine.executor!r} runs one node per process: build a "
@@ -90,7 +94,8 @@ class Simulator:
         self.u = torch.ones(n, device=self.device, dtype=self.x.dtype)
         self.z = self.x.clone()
         self.frozen = self.layout.frozen_mask(self.device)  # None: every tensor is trainable
-        self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn)
+        self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn,
+                                      param_transform)
         self.algorithm = algorithms.get(gossip.algorithm)
         self.algo_state = self._init_algorithm()
         self.opt_state = optim.init(self.x, optim_cfg)
