@@ -1,4 +1,5 @@
 """SLURM runtime requests of paper jobs from measured step times (lpdl_core.pipeline.runtime)."""
+import json
 import math
 import os
 import subprocess
@@ -137,3 +138,53 @@ def test_the_slurm_dry_run_asks_each_job_its_estimate(times, cells):
     block = out[out.index(f"rule {rule}:"):]
     assert f"runtime={want}," in block[:block.index("\n\n")]
     assert "attempt" not in (ROOT / "workflow/rules/train.smk").read_text().split("runtime=")[1].split("\n")[0]
+
+
+# ---- the bill before the run (lpdl_core.pipeline.bill, `lpdl plan`)
+
+def test_the_bill_prices_each_job_as_its_slurm_request(times, cells):
+    """A paper job's expected GPU-hours are its start-up plus its cells' estimated time; what SLURM
+    holds is its request (with the margin) times its attempts; copies (seeds x results folders)
+    multiply both; a distributed job holds one GPU per node."""
+    from lpdl_core.pipeline.bill import STARTUP_MINUTES, price
+
+    c = _cell(cells, "table2", "resnet20", 16, "int8")
+    cap = 600
+    bill = price([c], times, executor="loop", margin=1.5, max_minutes=cap, copies=3)
+    (job,) = bill.jobs
+    req = job_runtime([c], times, executor="loop", margin=1.5, max_minutes=cap)
+    assert req.attempts_needed > 1  # the case where asked != one request
+    assert job.expected_h == pytest.approx((STARTUP_MINUTES + times.cell_seconds(c, "loop") / 60) / 60)
+    assert job.asked_h == pytest.approx(req.attempts_needed * cap / 60) and job.gpus == 1
+    assert bill.total() == {"jobs": 3, "cells": 3, "expected_gpu_h": pytest.approx(3 * job.expected_h),
+                            "asked_gpu_h": pytest.approx(3 * job.asked_h)}
+    dist = price([c], times, executor="distributed", margin=1.5, max_minutes=cap).jobs[0]
+    assert dist.gpus == 16
+
+
+def test_the_bill_says_which_step_times_are_measured_and_how_the_rest_are_scaled(times, cells):
+    from lpdl_core.pipeline.bill import price
+
+    picked = [_cell(cells, "table2", "resnet20", 8, "fp32"), _cell(cells, "table2", "resnet20", 16, "fp32"),
+              next(c for c in cells.values() if c.model == "resnet54")]
+    bases = price(picked, times, executor="loop").bases
+    assert bases["resnet20@cifar10 fp32 loop n=8 b=32"] == "measured"
+    assert bases["resnet20@cifar10 fp32 loop n=16 b=16"] == "x 16/8 nodes"
+    (k54,) = [k for k in bases if k.startswith("resnet54")]
+    assert "scaled from resnet20 by MACs" in bases[k54]
+
+
+def test_lpdl_plan_prints_the_paper_grids_bill_per_table_and_in_total(tmp_path, capsys, monkeypatch):
+    from lpdl_core.cli import main
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "bill.json"
+    assert main(["plan", "--configfile", "config/paper.yaml", "--config", "seeds=[1,2]", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    bill = json.loads(out.read_text())
+    assert set(bill["tables"]) == {"table1", "table2", "table3", "table4", "table5", "fig1"}
+    assert bill["copies"] == 2 and bill["total"]["jobs"] == 2 * 226
+    assert bill["total"]["asked_gpu_h"] == pytest.approx(sum(t["asked_gpu_h"] for t in bill["tables"].values()))
+    assert bill["total"]["asked_gpu_h"] >= bill["total"]["expected_gpu_h"] > 0
+    assert f"{bill['total']['asked_gpu_h']:,.1f}" in text and "measured" in text and "scaled from" in text
+    assert main(["plan"]) == 0 and "asks for no GPU" in capsys.readouterr().out

@@ -25,6 +25,7 @@ from .pipeline_commands import (
     _cmd_partition_figures,
     _cmd_prefetch,
     _cmd_report,
+    _cmd_plan,
     _cmd_status,
     _cmd_targets,
     _cmd_timing,
@@ -234,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "report are read there (default: here)")
     st.add_argument("--all", action="store_true", help="list every run that is not current (default: the first 20)")
     st.set_defaults(func=_cmd_status)
+
+    pl = command("plan", "the GPU-hours a paper-profile grid asks SLURM for, per table and in total, and which "
+                         "step times are measured and which scaled (before any job runs)")
+    pl.add_argument("--configfile", action="append", metavar="FILE",
+                    help="as snakemake's: applied over config/config.yaml (repeatable), e.g. config/paper.yaml")
+    pl.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
+                    help="as snakemake's --config (YAML values, e.g. executor=batched seeds=[1,2])")
+    pl.add_argument("--directory", default=".", help="the working directory, as snakemake --directory (default: here)")
+    pl.add_argument("--out", help="also write the bill as JSON to this file")
+    pl.set_defaults(func=_cmd_plan)
 
     u = command("unlock", "clear Snakemake's lock if no live Snakemake works in the folder")
     u.add_argument("--directory", default=".", help="the workflow folder (default: here)")

@@ -165,6 +165,47 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(a: argparse.Namespace) -> int:
+    """The paper profile's GPU-hour bill for the workflow's config (read as Snakemake reads it)."""
+    import json
+
+    import yaml
+
+    from ..errors import ConfigError
+    from ..pipeline.bill import price
+    from ..pipeline.results import write_atomic
+    from ..pipeline.cells import load_cells
+    from ..pipeline.runtime import StepTimes
+    from ..pipeline.wfconfig import load, modes
+
+    _out_file(a.out)
+    cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
+    root = Path(a.directory)
+    cells = load_cells(root / cfg["paper_dir"] if cfg["paper_dir"] else None, tables=cfg["tables"])
+    copies = len(cfg["seeds"]) * len(modes(cfg))
+    if cfg["profile"] != "paper":
+        print(f"lpdl plan: the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU "
+              f"({len(cells)} cells x {copies} seed/mode copies); give --configfile config/paper.yaml for the cluster bill")
+        return 0
+    path = root / cfg["step_times"]
+    try:
+        times = StepTimes.from_mapping(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except OSError as e:
+        raise ConfigError(f"step_times: cannot read {path}: {e.strerror}") from None
+    bill = price(cells, times, executor=cfg["executor"], cells_per_job=cfg.get("cells_per_job"),
+                 margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=copies)
+    print(f"lpdl plan: {len(cells)} cells x {len(cfg['seeds'])} seed(s) x {len(modes(cfg))} results folder(s), "
+          f"executor {cfg['executor']}, cells_per_job {cfg.get('cells_per_job') or 'cell'}, margin "
+          f"{cfg['runtime_margin']}, max_runtime {cfg['max_runtime']} min; step times from {cfg['step_times']}")
+    for line in bill.lines():
+        print(line)
+    for k, v in (times.provenance or {}).items():
+        print(f"  {k}: {v}")
+    if a.out:
+        write_atomic(a.out, json.dumps(bill.as_dict(), indent=1, sort_keys=True) + "\n")
+    return 0
+
+
 def _cmd_status(a: argparse.Namespace) -> int:
     """Whether the run folders, runs.csv and the report match the workflow's config (read as
     Snakemake reads it); exit 0 when everything the config names is current, 1 otherwise."""

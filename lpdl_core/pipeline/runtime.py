@@ -75,21 +75,32 @@ class StepTimes:
 
     def step_seconds(self, cell: Cell, executor: str) -> float:
         """Seconds of one step of the cell (all its nodes), from the closest measurement."""
+        return self.step_basis(cell, executor)[0]
+
+    def step_basis(self, cell: Cell, executor: str) -> tuple[float, str]:
+        """(seconds of one step of the cell, what that rests on): "measured" when the table holds
+        the cell's model, precision and executor, else how it was scaled from a measurement."""
         model = cell.model if cell.model in self.measured else self.ref_model
         by_exec = self.measured[model].get(cell.precision, {})
         nodes = cell.nodes
+        how = []
         if executor == "distributed" and executor not in by_exec and "loop" in by_exec:
             # one node per process and GPU: the loop executor's time of one node (the gossip's
             # wire time is not in it: measure the distributed executor to include it)
             executor, nodes = "loop", 1
+            how.append("one node's loop step")
         if executor not in by_exec:
             raise ConfigError(f"step times: no {cell.precision} {executor} measurement for {model}; "
                               f"measured: {sorted(by_exec)}")
         t = by_exec[executor] * nodes / self.ref_nodes
+        if nodes != self.ref_nodes:
+            how.append(f"x {nodes}/{self.ref_nodes} nodes")
         if model != cell.model:
             macs = self._macs(cell.model, cell.dataset) * cell.batch_per_node
-            t *= max(1.0, macs / (self._macs(model) * self.ref_batch))
-        return t
+            factor = max(1.0, macs / (self._macs(model) * self.ref_batch))
+            t *= factor
+            how.append(f"scaled from {model} by MACs x{factor:.2f}")
+        return t, ("measured" if not how else "; ".join(how))
 
     def _macs(self, model: str, dataset: str | None = None) -> float:
         """MACs per sample: the `model@dataset` entry where the input size differs by dataset, else

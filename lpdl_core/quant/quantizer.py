@@ -61,8 +61,10 @@ class QuantCfg:
 
 
 def functorch_wrapped(t: torch.Tensor) -> bool:
-    """True inside torch.func transforms (vmap/grad), where in-place ops may lack batching rules."""
-    return torch._C._functorch.is_functorch_wrapped_tensor(t)
+    """True inside torch.func transforms (vmap/grad), where in-place ops may lack batching rules;
+    also while torch.compile traces (it cannot look inside this check, and the out-of-place
+    variants it guards are valid everywhere)."""
+    return torch.compiler.is_compiling() or torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 # Reused CPU scratch for the rounding noise, grown to the largest tensor seen and sliced: fresh
