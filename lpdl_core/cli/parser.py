@@ -45,6 +45,16 @@ def _version() -> str:
         return getattr(lpdl_core, "__version__", "unknown")
 
 
+def _workflow_config_args(p: argparse.ArgumentParser, read_there: str) -> None:
+    """--configfile, --config and --directory, as snakemake's (lpdl_core.pipeline.wfconfig.load)."""
+    p.add_argument("--configfile", action="append", metavar="FILE",
+                   help="as snakemake's: applied over config/config.yaml (repeatable), e.g. config/paper.yaml")
+    p.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
+                   help="as snakemake's --config (YAML values, e.g. seeds=[1,2] 'fidelity={act_rounding: stochastic}')")
+    p.add_argument("--directory", default=".",
+                   help=f"the working directory, as snakemake --directory: {read_there} (default: here)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ..config import (
         CELLS_PER_JOB,
@@ -226,23 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = command("status", "which results the config names are missing, damaged or stale, and whether the "
                            "report matches them (exit 1 if anything is not current)")
-    st.add_argument("--configfile", action="append", metavar="FILE",
-                    help="as snakemake's: applied over config/config.yaml (repeatable)")
-    st.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
-                    help="as snakemake's --config (YAML values, e.g. seeds=[1,2] 'fidelity={act_rounding: stochastic}')")
-    st.add_argument("--directory", default=".",
-                    help="the working directory, as snakemake --directory: config/config.yaml, results/ and the "
-                         "report are read there (default: here)")
+    _workflow_config_args(st, "config/config.yaml, results/ and the report are read there")
     st.add_argument("--all", action="store_true", help="list every run that is not current (default: the first 20)")
     st.set_defaults(func=_cmd_status)
 
     pl = command("plan", "the GPU-hours a paper-profile grid asks SLURM for, per table and in total, and which "
                          "step times are measured and which scaled (before any job runs)")
-    pl.add_argument("--configfile", action="append", metavar="FILE",
-                    help="as snakemake's: applied over config/config.yaml (repeatable), e.g. config/paper.yaml")
-    pl.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
-                    help="as snakemake's --config (YAML values, e.g. executor=batched seeds=[1,2])")
-    pl.add_argument("--directory", default=".", help="the working directory, as snakemake --directory (default: here)")
+    _workflow_config_args(pl, "config/config.yaml and the step-time table are read there")
     pl.add_argument("--out", help="also write the bill as JSON to this file")
     pl.set_defaults(func=_cmd_plan)
 

@@ -165,6 +165,17 @@ def _cmd_unlock(a: argparse.Namespace) -> int:
     return 0
 
 
+def _workflow_config(a: argparse.Namespace):
+    """(config, working directory, cells) of `snakemake [--directory D] [--configfile F] [--config K=V]`:
+    the config resolved as Snakemake resolves it; its relative paths start in the working directory."""
+    from ..pipeline.cells import load_cells
+    from ..pipeline.wfconfig import load
+
+    cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
+    root = Path(a.directory)
+    return cfg, root, load_cells(root / cfg["paper_dir"] if cfg["paper_dir"] else None, tables=cfg["tables"])
+
+
 def _cmd_plan(a: argparse.Namespace) -> int:
     """The paper profile's GPU-hour bill for the workflow's config (read as Snakemake reads it)."""
     import json
@@ -174,14 +185,11 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..pipeline.bill import price
     from ..pipeline.results import write_atomic
-    from ..pipeline.cells import load_cells
     from ..pipeline.runtime import StepTimes
-    from ..pipeline.wfconfig import load, modes
+    from ..pipeline.wfconfig import modes
 
     _out_file(a.out)
-    cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
-    root = Path(a.directory)
-    cells = load_cells(root / cfg["paper_dir"] if cfg["paper_dir"] else None, tables=cfg["tables"])
+    cfg, root, cells = _workflow_config(a)
     copies = len(cfg["seeds"]) * len(modes(cfg))
     if cfg["profile"] != "paper":
         print(f"lpdl plan: the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU "
@@ -209,13 +217,10 @@ def _cmd_plan(a: argparse.Namespace) -> int:
 def _cmd_status(a: argparse.Namespace) -> int:
     """Whether the run folders, runs.csv and the report match the workflow's config (read as
     Snakemake reads it); exit 0 when everything the config names is current, 1 otherwise."""
-    from ..pipeline.cells import load_cells
     from ..pipeline.status import folder_status
-    from ..pipeline.wfconfig import load, modes
+    from ..pipeline.wfconfig import modes
 
-    cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
-    root = Path(a.directory)  # snakemake's working directory: the config's relative paths start here
-    cells = load_cells(root / cfg["paper_dir"] if cfg["paper_dir"] else None, tables=cfg["tables"])
+    cfg, root, cells = _workflow_config(a)
     main, *_ = mode_names = list(modes(cfg).items())
     current = True
     for name, fid in mode_names:
