@@ -113,3 +113,26 @@ def test_the_eager_8bit_step_dispatches_at_most_3x_the_fp_steps_operators():
     x, y = _batch(8)
     fp, lp = (step_op_counts(_sim(p, n=8), x, y) for p in ("fp32", "int8"))
     assert lp["aten_ops"] <= LP_OVER_FP_OPS_CEILING * fp["aten_ops"], (lp, fp)
+
+
+def test_a_layer_whose_weight_is_not_its_own_node_state_keeps_its_own_quantizer():
+    """A weight tied to another module's (named there in the layout) is not handed over: that
+    layer goes on quantizing it itself, so no layer ever reads an unquantized weight."""
+    from torch import nn
+
+    from lpdl_core.decentral.layout import Layout
+    from lpdl_core.quant.layers import QLinear
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = QLinear(4, 4, bias=False, qcfg=QuantCfg())
+            self.b = QLinear(4, 4, bias=False, qcfg=QuantCfg())
+            self.b.weight = self.a.weight  # named_parameters() lists it once, as a.weight
+
+    m = Tied()
+    layout = Layout.from_module(m)
+    pq = ParamQuant(m, layout.names, layout.numels)
+    assert layout.names == ("a.weight",) and pq.layers == [m.a] and pq.tensors == 1
+    with pq.handed_over():
+        assert not m.b.params_handed_over and torch.equal(m.b.own_range(m.b.weight), quantize(m.b.weight, 8))

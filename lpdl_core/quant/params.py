@@ -53,12 +53,17 @@ class ParamQuant:
 
     def __init__(self, module: nn.Module, names: tuple[str, ...], numels: tuple[int, ...],
                  device: torch.device | None = None):
-        self.layers = [m for m in module.modules() if isinstance(m, OwnRangeParams) and m.quantized_params]
-        bits_of: dict[str, int] = {}
+        # a layer is handed its tensors only when each is node state under its own name (a tensor
+        # shared with another module, or not in the layout, stays with the layer's own quantizer)
+        self.layers, bits_of, in_layout = [], {}, set(names)
         for prefix, m in module.named_modules():
-            if isinstance(m, OwnRangeParams):
-                for p in m.quantized_params:
-                    bits_of[f"{prefix}.{p}" if prefix else p] = m.qcfg.bits
+            if not (isinstance(m, OwnRangeParams) and m.quantized_params):
+                continue
+            own = {f"{prefix}.{p}" if prefix else p: getattr(m, p) for p in m.quantized_params}
+            own = {k: t for k, t in own.items() if t is not None}
+            if own and set(own) <= in_layout:
+                self.layers.append(m)
+                bits_of.update({k: m.qcfg.bits for k in own})
         if len(set(bits_of.values())) > 1:
             raise ValueError(f"ParamQuant needs one bit width for all layers, got {sorted(set(bits_of.values()))}")
         self.bits = next(iter(bits_of.values()), 8)
