@@ -86,15 +86,18 @@ def test_param_quant_is_each_layers_own_weight_quantizer_bitwise():
     assert seen == pq.tensors == 86  # 21 convs + fc weight and bias + 3 per Range EvoNorm (19)
 
 
-def test_fused_weight_quantizers_leave_the_8bit_step_bitwise_unchanged():
+@pytest.mark.parametrize("ranges_as_parameters", [False, True], ids=["ranges-buffers", "ranges-gossiped"])
+def test_fused_weight_quantizers_leave_the_8bit_step_bitwise_unchanged(ranges_as_parameters):
     """The batched 8-bit step with the weights quantized once for all nodes equals the step with
     each layer quantizing its own, bit for bit: the same operations on the same values, in the same
-    order, and no draw from any random stream (stochastic rounding on, 99 % top-k gossip)."""
+    order, and no draw from any random stream (stochastic rounding on, 99 % top-k gossip). Also
+    with the official code's activation ranges as gossiped node state, which the forward updates
+    in place in Z."""
     runs = []
+    q = QuantCfg(act_rounding="stochastic", measure_as_parameters=ranges_as_parameters)
     for pt in (None, ParamQuant):
         torch.manual_seed(0)
-        sim = _sim("int8", compression=99, qcfg=QuantCfg(act_rounding="stochastic"), param_transform=pt,
-                   build=build_standin)
+        sim = _sim("int8", compression=99, qcfg=q, param_transform=pt, build=build_standin)
         for s in range(3):
             losses = sim.train_step(*_batch(4, seed=s, side=8), 0.1)
         runs.append((sim.x, losses, sim.executor.stacked_buffers()))

@@ -130,9 +130,13 @@ class BatchedExecutor:
         weights already quantized, bitwise as they would; straight-through, so the same gradient)."""
         self.module.train()
         params = dict(zip(self.layout.names, self.layout.views(self.param_transform(self.Z))))
-        frozen = {k: self._params()[k] for k in self.layout.frozen}  # views of Z: the forward updates them
-        for k in frozen:
-            del params[k]
+        if self.layout.frozen:  # views of Z itself: the forward updates them in place
+            z = self._params()
+            frozen = {k: z[k] for k in self.layout.frozen}
+            for k in frozen:
+                del params[k]
+        else:
+            frozen = {}
         with self.param_transform.handed_over():
             grads, losses = self._grad(params, frozen, self.buffers, xb, yb)
         G = self.layout.flatten([grads[k] if k in grads else torch.zeros_like(frozen[k])
