@@ -1662,9 +1662,14 @@ def test_dist_killed_rank_is_one_line_naming_it_and_a_rerun_resumes(tmp_path):
 @pytest.mark.slow
 def test_dist_second_launch_into_a_live_folder_is_refused_then_ctrl_c_is_one_line(tmp_path):
     out = tmp_path / "run"
-    proc = _start(tmp_path, out, CELL, *DIST)
+    # a long collective timeout: the run's processes are paused (SIGSTOP) while the second launches
+    # are refused, so that a loaded machine cannot let the run finish first
+    proc = _start(tmp_path, out, CELL, *DIST[:-1], "600")
     try:
         _wait_for(out / "checkpoint.rank0of4.pt", proc)  # rank 0 trains: it holds the folder's lock
+        paused = _descendants(proc.pid)
+        for pid in paused:
+            os.kill(pid, signal.SIGSTOP)
         logs = sorted((out / ".logs").iterdir())
         for executor in ("distributed", "loop"):
             t0 = time.monotonic()
@@ -1674,6 +1679,8 @@ def test_dist_second_launch_into_a_live_folder_is_refused_then_ctrl_c_is_one_lin
             assert line.startswith(f"lpdl train: error: {out} is being written by a live run (pid {proc.pid}")
             assert "starting" not in p.stderr and "epoch" not in p.stderr
         assert sorted((out / ".logs").iterdir()) == logs and not (out / "metrics.json").exists()
+        for pid in paused:
+            os.kill(pid, signal.SIGCONT)
         assert proc.poll() is None
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=120) == 130
