@@ -146,7 +146,8 @@ def test_the_bill_prices_each_job_as_its_slurm_request(times, cells):
     """A paper job's expected GPU-hours are its start-up plus its cells' estimated time; what SLURM
     holds is its request (with the margin) times its attempts; copies (seeds x results folders)
     multiply both; a distributed job holds one GPU per node."""
-    from lpdl_core.pipeline.bill import STARTUP_MINUTES, price
+    from lpdl_core.pipeline.bill import price
+    from lpdl_core.pipeline.runtime import STARTUP_MINUTES
 
     c = _cell(cells, "table2", "resnet20", 16, "int8")
     cap = 600

@@ -21,9 +21,7 @@ from typing import Iterable, Mapping
 
 from .cells import Cell
 from .jobs import plan_jobs
-from .runtime import StepTimes, job_runtime
-
-STARTUP_MINUTES = 10  # job_runtime's default: starting Python, importing torch, loading the data
+from .runtime import STARTUP_MINUTES, StepTimes, job_runtime
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -130,8 +130,11 @@ class RuntimeRequest:
     attempts_needed: int
 
 
+STARTUP_MINUTES = 10  # a job's start: Python, torch's import, the data loaded
+
+
 def job_runtime(cells: Iterable[Cell], times: StepTimes, *, executor: str, margin: float = 1.5,
-                startup_minutes: float = 10, max_minutes: int = 2880) -> RuntimeRequest:
+                startup_minutes: float = STARTUP_MINUTES, max_minutes: int = 2880) -> RuntimeRequest:
     """The SLURM time request of one job running `cells` in sequence (see the module docstring)."""
     if margin < 1:
         raise ConfigError(f"runtime margin {margin} is below 1: jobs would be cut before they end")

@@ -27,7 +27,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from .quantizer import quantize
+from .quantizer import dequantized, quant_scale, quantize
 
 
 class OwnRangeParams:
@@ -67,14 +67,10 @@ class ParamQuant:
         if len(set(bits_of.values())) > 1:
             raise ValueError(f"ParamQuant needs one bit width for all layers, got {sorted(set(bits_of.values()))}")
         self.bits = next(iter(bits_of.values()), 8)
-        seg, start, self.tensors = [], 0, 0
+        seg, self.tensors = [], 0
         for name, numel in zip(names, numels):
-            if name in bits_of:
-                seg.append(torch.full((numel,), self.tensors, dtype=torch.long))
-                self.tensors += 1
-            else:
-                seg.append(torch.full((numel,), -1, dtype=torch.long))
-            start += numel
+            seg.append(torch.full((numel,), self.tensors if name in bits_of else -1, dtype=torch.long))
+            self.tensors += name in bits_of
         seg_all = torch.cat(seg) if seg else torch.empty(0, dtype=torch.long)
         self.columns = torch.nonzero(seg_all >= 0).squeeze(1).to(device)   # quantized columns (dq,)
         self.segment = seg_all[seg_all >= 0].to(device)                      # their tensor index (dq,)
@@ -91,10 +87,8 @@ class ParamQuant:
         idx = self.segment.expand(n, -1)
         lo = W.new_empty(n, self.tensors).scatter_reduce_(1, idx, W, "amin", include_self=False)
         hi = W.new_empty(n, self.tensors).scatter_reduce_(1, idx, W, "amax", include_self=False)
-        levels = 2.0 ** self.bits - 1.0
-        scale = ((hi - lo) / levels).clamp(min=1e-8)
-        lo_c, s_c = lo.gather(1, idx), scale.gather(1, idx)
-        q = (W - lo_c).div_(s_c).clamp_(0.0, levels).round_().mul_(s_c).add_(lo_c)
+        scale = quant_scale(lo, hi, self.bits)
+        q = dequantized(W, lo.gather(1, idx), scale.gather(1, idx), self.bits, "nearest")
         return Z.detach().index_copy(1, self.columns, q)
 
     @contextlib.contextmanager

@@ -154,8 +154,19 @@ def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
         x_min = lo if x_min is None else x_min
         x_max = hi if x_max is None else x_max
     x_min, x_max = _rank_of(x_min, x), _rank_of(x_max, x)
+    return dequantized(x, x_min, quant_scale(x_min, x_max, bits), bits, rounding)
+
+
+def quant_scale(x_min: torch.Tensor, x_max: torch.Tensor, bits: int) -> torch.Tensor:
+    """s = max((x_max - x_min) / (2**bits - 1), 1e-8): the step of `fake_quant`'s grid."""
+    return ((x_max - x_min) / (2.0 ** bits - 1.0)).clamp(min=1e-8)
+
+
+def dequantized(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits: int,
+                rounding: str) -> torch.Tensor:
+    """round(clamp((x - x_min)/s [+ ξ], 0, 2**bits - 1))·s + x_min: `fake_quant` given its range
+    and step (each broadcastable to x; a new tensor)."""
     levels = 2.0 ** bits - 1.0
-    scale = ((x_max - x_min) / levels).clamp(min=1e-8)
     t = (x - x_min).div_(scale)  # a fused x*(1/s) - min/s differs in the last bit at .5 ties
     if rounding == "stochastic":
         t = _add_uniform_noise_(t)  # official order: noise, then clamp, then round
