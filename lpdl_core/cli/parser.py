@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compression", type=_percent, default=0.0, metavar="PERCENT",
                    help="gossip messages: 0 = uncompressed (eta 1), else layer-wise top-k dropping this "
                         "percentage (eta 0.01), e.g. 99")
+    b.add_argument("--compile", action="store_true",
+                   help="also time each step compiled as one torch.compile graph (needs --executor batched "
+                        "and --warmup >= 1: the first step compiles)")
     b.add_argument("--out", help=also_json)
     b.set_defaults(func=_cmd_bench)
 

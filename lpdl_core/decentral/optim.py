@@ -99,7 +99,12 @@ def qgm_correct(state: OptimState, x_next: torch.Tensor, x_tilde: torch.Tensor, 
 
     so that overall :math:`\hat m_t = \beta \hat m_{t-1} + (1-\beta)(x_t - x_{t+1})/lr`.
     """
-    if cfg.momentum != "qgm" or lr == 0.0:
+    if cfg.momentum != "qgm":
         return state
-    coef = (cfg.beta - 1.0) / (lr * u)  # (n,)
+    if isinstance(lr, torch.Tensor):  # a compiled step's lr: no host branch on its value
+        coef = torch.where(lr == 0.0, 0.0, (cfg.beta - 1.0) / (lr * u))
+    elif lr == 0.0:
+        return state
+    else:
+        coef = (cfg.beta - 1.0) / (lr * u)  # (n,)
     return state._replace(buf=state.buf + coef[:, None] * (x_next - x_tilde))

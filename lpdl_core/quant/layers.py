@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import traced
 from .params import OwnRangeParams
 from .quantizer import QuantCfg, eager_apply, fake_quant, quantize, quantize_grad
 
@@ -127,8 +128,16 @@ class _BifurcatedLinear(torch.autograd.Function):
         return gx, gw, gb, None, None
 
 
-_conv_apply = eager_apply(_BifurcatedConv)
-_linear_apply = eager_apply(_BifurcatedLinear)
+_conv_eager = eager_apply(_BifurcatedConv)
+_linear_eager = eager_apply(_BifurcatedLinear)
+
+
+def _conv_apply(*args):
+    return (traced.conv2d if traced.active() else _conv_eager)(*args)
+
+
+def _linear_apply(*args):
+    return (traced.linear if traced.active() else _linear_eager)(*args)
 
 
 class _QuantizedOperands(OwnRangeParams):

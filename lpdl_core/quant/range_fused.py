@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 
+from . import traced
 from .quantizer import eager_apply, fake_quant, functorch_wrapped
 
 # hardtanh_backward(g, u, lo, hi) keeps g where lo < u < hi. With lo just below 0 and hi the
@@ -112,11 +113,26 @@ class _RangeEvoNormFn(torch.autograd.Function):
 _apply = eager_apply(_RangeEvoNormFn)
 
 
+def _composed(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int):
+    """`_forward`'s value with the same operations, out of place, for autograd (ties in max/min
+    send the gradient to one element, as `_RangeEvoNormFn` does)."""
+    B = x.shape[0]
+    u = x * v / 6 + 0.5
+    y = x.reshape(B, groups, chunks, -1)
+    r = y.max(-1).values.mean(-1) - y.min(-1).values.mean(-1)
+    s = 1 / (r * c + eps)
+    sq = traced.quantize(s, bits, "nearest", None, None) if bits else s
+    return u.clamp(0.0, 1.0) * x * group_scale(sq, w) + b
+
+
 def range_evonorm(x: torch.Tensor, v: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, groups: int,
                   chunks: int, c: float, eps: float, bits: int = 0) -> torch.Tensor:
     """y = x·h(v·x)·(Q(s) ⊗ w) + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1).
 
-    With no gradient to compute (evaluation), the same forward runs without the autograd node."""
+    With no gradient to compute (evaluation), the same forward runs without the autograd node;
+    under torch.compile (traced.active()), the same forward ops composed, differentiated by autograd."""
+    if traced.active():
+        return _composed(x, v, w, b, groups, chunks, c, eps, bits)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, v, w, b)):
         return _apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
     return _forward(x, v, w, b, groups, chunks, c, eps, bits, indices=False)[0]

@@ -57,8 +57,14 @@ def gossip_for(compression: float) -> GossipCfg:
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8"),
-               compression: float = 0.0, progress: Callable[[dict], None] | None = None) -> dict:
+               compression: float = 0.0, compile: bool = False,
+               progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
+
+    compile: also time each precision's step compiled as one graph (engine.compile, batched
+    executor), interleaved with the eager steps: results[p]["compiled"] holds its times, the
+    first call's seconds (`compile_s`, compilation included) and the kernels inductor generated
+    for it; `compiled_lp_over_fp` and `compiled_speedup` (eager / compiled, per precision) sum up.
 
     The precisions' steps are interleaved (FP step, LP step, FP step, ...), so a slow spell of a
     shared machine slows both alike instead of skewing the ratio. progress, if given, is called
@@ -69,7 +75,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     size = input_size(model, dataset)
     gossip = gossip_for(compression)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
-                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "interleaved": True,
+                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "compile": compile, "interleaved": True,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
     if executor == "distributed":  # n processes, each step split into compute / compression / communication
@@ -80,36 +86,57 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         out.update(dist, threads=dist["threads_per_rank"], device=dist.pop("device_kind"))
         _ratio(out)
         return out
-    sims, times = {}, {}
+    if compile and executor != "batched":
+        raise ValueError(f"bench --compile needs --executor batched, got {executor!r}")
+    if compile and warmup < 1:
+        raise ValueError("bench --compile needs --warmup >= 1 (the first step compiles; it is never timed)")
+    sims, times, first, kernels = {}, {}, {}, {}
     gen = torch.Generator().manual_seed(0)
-    for precision in precisions:
+    variants = [(p, c) for p in precisions for c in ((False, True) if compile else (False,))]
+    for precision, compiled in variants:
         qcfg = QuantCfg() if precision == "int8" else None
-        report({"event": "build", "precision": precision})
+        report({"event": "build", "precision": precision + (" compiled" if compiled else "")})
         make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
-        sims[precision] = Simulator(make, topology=Topology(name="directed-ring", n=nodes), gossip=gossip,
-                                    engine=EngineCfg(executor=executor, device=device), param_transform=ParamQuant)
-        times[precision] = []
+        sims[precision, compiled] = Simulator(
+            make, topology=Topology(name="directed-ring", n=nodes), gossip=gossip,
+            engine=EngineCfg(executor=executor, device=device, compile=compiled), param_transform=ParamQuant)
+        times[precision, compiled] = []
     sim = next(iter(sims.values()))
     x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)
     y = torch.randint(0, 10, (nodes, batch), generator=gen).to(sim.device)
     for i in range(warmup + steps):
         seconds = {}
-        for precision, s in sims.items():
-            seconds[precision] = dt = _time_step(s, x, y)
+        for (precision, compiled), s in sims.items():
+            if i == 0 and compiled:
+                before = kernel_count()
+            seconds[precision + (" compiled" if compiled else "")] = dt = _time_step(s, x, y)
+            if i == 0 and compiled:
+                first[precision], kernels[precision] = dt, kernel_count() - before
             if i >= warmup:
-                times[precision].append(dt)
+                times[precision, compiled].append(dt)
         report({"event": "step", "step": i + 1, "total": warmup + steps, "warmup": i < warmup,
                 "seconds": seconds})
     out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
-    for precision, ts in times.items():
-        ops = step_op_counts(sims[precision], x, y)  # one more step each, counted, not timed
-        out["results"][precision] = {"median_s": statistics.median(ts), "min_s": min(ts),
-                                     "mean_s": statistics.fmean(ts), "per_node_median_s":
-                                     statistics.median(ts) / nodes, "params": sims[precision].layout.d,
+    for (precision, compiled), ts in times.items():
+        summary = {"median_s": statistics.median(ts), "min_s": min(ts), "mean_s": statistics.fmean(ts),
+                   "per_node_median_s": statistics.median(ts) / nodes}
+        if compiled:
+            out["results"][precision]["compiled"] = {
+                **summary, "mode": sims[precision, True].compiled.mode, "compile_s": first[precision],
+                "generated_kernels": kernels[precision]}
+            continue
+        ops = step_op_counts(sims[precision, False], x, y)  # one more step each, counted, not timed
+        out["results"][precision] = {**summary, "params": sims[precision, False].layout.d,
                                      "aten_ops": ops["aten_ops"], "non_view_ops": ops["non_view_ops"],
                                      "host_syncs": ops["host_syncs"]}
     _ratio(out)
     return out
+
+
+def kernel_count() -> int:
+    """Kernels inductor has generated in this process so far (torch._inductor.metrics)."""
+    from torch._inductor import metrics
+    return metrics.generated_kernel_count
 
 
 def _ratio(out: dict) -> None:
@@ -119,6 +146,10 @@ def _ratio(out: dict) -> None:
         fp, lp = out["results"]["fp32"], out["results"]["int8"]
         if "aten_ops" in lp:
             out["lp_over_fp_aten_ops"] = lp["aten_ops"] / fp["aten_ops"]
+        if "compiled" in lp and "compiled" in fp:
+            out["compiled_lp_over_fp"] = lp["compiled"]["median_s"] / fp["compiled"]["median_s"]
+            out["compiled_speedup"] = {p: r["median_s"] / r["compiled"]["median_s"]
+                                       for p, r in out["results"].items()}
         ratio = lp["median_s"] / fp["median_s"]
         out["lp_over_fp"] = ratio
         out["target_lp_over_fp"] = LP_OVER_FP_TARGET

@@ -105,7 +105,7 @@ def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_ti
         replicas = torch.where(active[:, None], xhat[state.src], replicas)
         backlog = (t - last_sync).clamp(min=1).to(x.dtype) * active.to(x.dtype)
         sent = torch.zeros_like(sent).index_add_(0, state.src, backlog)
-        last_sync = torch.where(active, torch.full_like(last_sync, t), last_sync)
+        last_sync = torch.where(active, t, last_sync)  # t: an int, or a compiled step's long tensor
         S = torch.zeros_like(xhat).index_add_(0, state.dst, w_e[:, None] * replicas)
 
     own = xhat[:r]

@@ -121,6 +121,8 @@ class BatchedExecutor:
 
         # randomness="different": dropout masks differ per node, as with n separate modules.
         self._grad = vmap(grad_and_value(node_loss), randomness="different")
+        self._losses = vmap(node_loss, randomness="different")
+        self._traced_step = self._traced  # replaced by its compiled form (compile())
 
     def _params(self) -> dict[str, torch.Tensor]:
         return dict(zip(self.layout.names, self.layout.views(self.Z)))
@@ -142,6 +144,25 @@ class BatchedExecutor:
         G = self.layout.flatten([grads[k] if k in grads else torch.zeros_like(frozen[k])
                                  for k in self.layout.names], lead=1)
         return losses.detach(), G
+
+    def _traced(self, Z: torch.Tensor, buffers: dict, xb: torch.Tensor, yb: torch.Tensor):
+        """loss_and_grad in the form torch.compile traces whole: vmap of the per-node loss, then
+        one torch.autograd.grad of their sum outside vmap (node i's loss reaches only row i), with
+        the 8-bit layers' traceable operators (lpdl_core.quant.traced). G comes out (n, d)."""
+        leaf = self.param_transform(Z).detach().requires_grad_()
+        params = dict(zip(self.layout.names, self.layout.views(leaf)))
+        frozen = {k: v for k, v in zip(self.layout.names, self.layout.views(Z)) if k in self.layout.frozen}
+        for k in frozen:
+            del params[k]
+        losses = self._losses(params, frozen, buffers, xb, yb)
+        (G,) = torch.autograd.grad(losses.sum(), leaf)
+        return losses.detach(), G
+
+    def traced_loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As loss_and_grad, through `_traced` (compiled once compile() has run)."""
+        self.module.train()
+        with self.param_transform.handed_over(), torch._dynamo.config.patch(trace_autograd_ops=True):
+            return self._traced_step(self.Z, self.buffers, xb, yb)
 
     @torch.no_grad()
     def logits(self, x: torch.Tensor) -> torch.Tensor:

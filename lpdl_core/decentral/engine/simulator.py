@@ -30,6 +30,7 @@ from ..compress import message_bytes
 from ..layout import Layout, node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
+from .compiled import CompileCfg, CompiledStep
 from .executors import EXECUTORS as IN_PROCESS
 from .executors import make_executor
 
@@ -44,17 +45,24 @@ class EngineCfg:
     device: "auto" picks CUDA when available, else CPU. All node state lives there.
     seed: seeds model initialisation (identical on all nodes, as the official code) and the
         compressors' random draws.
+    compile: run each training iteration as one torch.compile graph (batched executor only;
+        engine/compiled.py). compile_mode: torch.compile's mode, "auto" = CUDA graphs on CUDA.
     """
 
     executor: Literal["loop", "batched", "distributed"] = "loop"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = 1234
+    compile: bool = False
+    compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
             raise ValueError(f"engine.executor must be one of {EXECUTORS}, got {self.executor!r}")
         if self.device not in DEVICES:
             raise ValueError(f"engine.device must be one of {DEVICES}, got {self.device!r}")
+        CompileCfg(enabled=self.compile, mode=self.compile_mode)  # validates both
+        if self.compile and self.executor != "batched":
+            raise ValueError(f"engine.compile needs engine.executor 'batched', got {self.executor!r}")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -106,6 +114,8 @@ class Simulator:
         self.message_bytes = message_bytes(self.layout, gossip.compressor,
                                            push_sum_weight=self.algorithm.MESSAGE.push_sum_weight)
         self._W: dict[int, torch.Tensor] = {}
+        self.compiled = (CompiledStep(self, CompileCfg(enabled=True, mode=engine.compile_mode))
+                         if engine.compile else None)
 
     def _rows(self) -> int:
         """Node rows held here: all n (a distributed rank holds one)."""
@@ -125,6 +135,8 @@ class Simulator:
 
     def train_step(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
         """One iteration on node-stacked batches xb (n, B, ...), yb (n, B). Returns losses (n,)."""
+        if self.compiled is not None:
+            return self.compiled(xb, yb, lr)
         losses, g = self._loss_and_grad(xb, yb)
         self._sync_frozen()
         x_tilde, self.opt_state = optim.local_step(self.x, g, self.opt_state, lr, self.optim_cfg)

@@ -1,0 +1,113 @@
+r"""One whole training iteration of the batched simulator as a single `torch.compile` graph.
+
+The graph takes the iteration of `Simulator.train_step` (forward and backward of all n nodes,
+local optimizer step, gossip round, z = x/u) as a pure function of device tensors:
+
+.. math::
+    (x, u, z, b, S, \beta, \text{bytes};\ \xi, y, lr, t) \mapsto (x', u', b', S', \text{losses}, \text{bytes}')
+
+with S the algorithm's state and β the per-node buffers (activation ranges, statistics), which
+the forward updates in place. Everything that changes from one iteration to the next enters as
+a tensor: the learning rate as a 0-dim tensor, the round counter t as a 0-dim long tensor, and
+the mixing matrix as row `t mod P` of the schedule's P matrices stacked once `(P, n, n)`. So one
+compilation serves the whole run (and, through the on-disk inductor cache, later cells of the
+same shapes), and no step reads a value back to the host. Python ints that only count (the
+simulator's t, the optimizer's step count) are advanced outside the graph.
+
+The backward runs as `torch.autograd.grad` of the summed node losses (node i's loss reaches only
+row i of the stacked parameters), traced by dynamo (`trace_autograd_ops`), with the 8-bit layers
+in their traceable form (lpdl_core.quant.traced). Compression must be deterministic (identity or
+top-k): the random kinds draw from the simulator's own generator, which a graph cannot carry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from .. import optim
+from ..compress import REGISTRY as COMPRESSORS
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileCfg:
+    """Whether and how the batched step is compiled.
+
+    enabled: compile the whole iteration (batched executor only).
+    mode: torch.compile's mode; "auto" is "reduce-overhead" (CUDA graphs) on CUDA and "default"
+        elsewhere (CUDA graphs do not exist on the CPU).
+    """
+
+    enabled: bool = False
+    mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"compile must be true or false, got {self.enabled!r}")
+        if self.mode != "auto" and self.mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {('auto',) + COMPILE_MODES}, got {self.mode!r}")
+
+    def resolved_mode(self, device: torch.device) -> str:
+        if self.mode == "auto":
+            return "reduce-overhead" if device.type == "cuda" else "default"
+        return self.mode
+
+
+def check_compilable(sim) -> None:
+    """One-line errors for the settings a compiled step does not cover (before compiling anything)."""
+    if sim.engine_cfg.executor != "batched":
+        raise ValueError(f"compile needs engine.executor 'batched', got {sim.engine_cfg.executor!r}")
+    if sim.optim_cfg.momentum == "adam":
+        raise ValueError("compile covers SGD, heavy-ball, Nesterov and QGM momenta, not 'adam' "
+                         "(its bias correction depends on the step count)")
+    kind = sim.gossip_cfg.compressor.kind
+    if COMPRESSORS[kind].random and not sim.gossip_cfg.compressor.is_identity:
+        raise ValueError(f"compile needs a deterministic compressor (identity or topk), got {kind!r}")
+
+
+class CompiledStep:
+    """`sim.train_step` as one compiled graph (see the module docstring). Same state, same meaning."""
+
+    def __init__(self, sim, cfg: CompileCfg):
+        check_compilable(sim)
+        self.sim = sim
+        P = sim.topology.period
+        self.Ws = torch.stack([sim.W(t) for t in range(P)])      # (P, n, n), built once
+        self.lr = torch.zeros((), dtype=sim.x.dtype, device=sim.device)
+        self.t = torch.zeros((), dtype=torch.long, device=sim.device)
+        self.mode = cfg.resolved_mode(sim.device)
+        self.fn = torch.compile(self._iteration, fullgraph=True, dynamic=False, mode=self.mode)
+
+    def _iteration(self, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
+        sim, ex = self.sim, self.sim.executor
+        losses, g = ex._traced(z, buffers, xb, yb)
+        if sim.frozen is not None:   # x ← z·u on the columns the forward just updated in z
+            x = torch.where(sim.frozen, z * u[:, None], x)
+        x_tilde, st = optim.local_step(x, g, optim.OptimState(buf=buf, buf2=buf2), lr, sim.optim_cfg)
+        if sim.frozen is not None:
+            x_tilde = torch.where(sim.frozen, x, x_tilde)
+            st = st._replace(buf=torch.where(sim.frozen, 0.0, st.buf))
+        W = self.Ws.index_select(0, (t % self.Ws.shape[0]).reshape(1)).squeeze(0)
+        r = sim.algorithm.step(algo_state, x=x, x_tilde=x_tilde, u=u, W=W, t=t, cfg=sim.gossip_cfg,
+                               layout=sim.layout, generator=None)
+        st = optim.qgm_correct(st, r.x, x_tilde, r.u, lr, sim.optim_cfg)
+        if sim.frozen is not None:
+            st = st._replace(buf=torch.where(sim.frozen, 0.0, st.buf))
+        z.copy_(r.x / r.u[:, None])
+        return losses, r.x, r.u, st.buf, st.buf2, r.state, bytes_sent + r.sent.to(torch.float64) * sim.message_bytes
+
+    def __call__(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
+        sim, ex = self.sim, self.sim.executor
+        self.lr.fill_(lr)
+        self.t.fill_(sim.t)   # follows the simulator's counter (a resumed run included)
+        ex.module.train()
+        with ex.param_transform.handed_over(), torch._dynamo.config.patch(trace_autograd_ops=True):
+            out = self.fn(sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state,
+                          sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t)
+        losses, sim.x, sim.u, buf, buf2, sim.algo_state, sim.bytes_sent = out
+        sim.opt_state = optim.OptimState(buf=buf, buf2=buf2, step=sim.opt_state.step + 1)
+        sim.t += 1
+        return losses
