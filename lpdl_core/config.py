@@ -43,6 +43,7 @@ SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")
 IN_PROCESS_EXECUTORS = ("loop", "batched")
 EXECUTORS = (*IN_PROCESS_EXECUTORS, "distributed")  # loop/batched: all n nodes in one process (same math);
 #   distributed: one process per node over torch.distributed (lpdl_core.decentral.engine.distributed)
+COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")  # auto: CUDA graphs on CUDA
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
 CELLS_PER_JOB = ("block", "cell")      # mini: a block's cells of one precision per process; paper: one cell
 LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
@@ -249,7 +250,8 @@ def with_vocabulary(schema: Mapping) -> dict:
     out = copy.deepcopy(dict(schema))
     props = out["properties"]
     for key, names in (("profile", PROFILES), ("device", DEVICES), ("executor", EXECUTORS),
-                       ("cells_per_job", CELLS_PER_JOB), ("gpu_request", GPU_REQUESTS)):
+                       ("cells_per_job", CELLS_PER_JOB), ("gpu_request", GPU_REQUESTS),
+                       ("compile_mode", COMPILE_MODES)):
         props[key]["enum"] = list(names)
     props["tables"]["items"]["enum"] = list(TABLES)
     props["tables"]["maxItems"] = len(TABLES)
@@ -298,4 +300,6 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
             unit = "characters" if err.validator == "maxLength" else "items"
             raise ConfigError(f"{key}: {len(err.instance)} {unit}, more than the maximum of {err.validator_value}")
         raise ConfigError(f"{key}: {err.message}")
+    if cfg.get("compile") and cfg.get("executor") != "batched":
+        raise ConfigError(f"compile: true needs executor: batched, got executor: {cfg.get('executor')}")
     return cfg

@@ -38,7 +38,7 @@ def test_a_table2_resnet20_cell_is_its_steps_times_the_measured_step(times, cell
     assert times.steps(c) == c.epochs * math.ceil(50000 / (8 * c.batch_per_node)) == 200 * 196
     t = TABLE["measured"]["resnet20"]["int8"]["loop"]
     assert times.cell_seconds(c, "loop") == pytest.approx(200 * 196 * t * (1 + TABLE["eval_share"]), rel=1e-12)
-    req = job_runtime([c], times, executor="loop", margin=1.5, startup_minutes=10, max_minutes=10_000)
+    req = job_runtime([c], times, executor="loop", margin=1.5, startup=10, max_minutes=10_000)
     # the example: ~6.7 h of steps on one H100; asked with the margin, above the old 6 h
     assert 6.5 * 60 < times.cell_seconds(c, "loop") / 60 / 1.1 < 7 * 60
     assert req.minutes == math.ceil(10 + 1.5 * times.cell_seconds(c, "loop") / 60) and req.attempts_needed == 1

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ..config import (
         CELLS_PER_JOB,
         CNN_MODELS,
+        COMPILE_MODES,
         DEVICES,
         EXECUTORS,
         GRAPHS,
@@ -157,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
     tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    tr.add_argument("--compile", action="store_true",
+                    help="run each training iteration as one torch.compile graph (needs --executor batched; "
+                         "the first step compiles, minutes on a CPU)")
+    tr.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
+                    help="torch.compile mode (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default elsewhere)")
     tr.add_argument("--dist-timeout", type=_timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help="distributed executor: bound on the rendezvous and on every wait for another rank "
                          "(a dead or stuck rank fails the job after it; default %(default)g)")

@@ -185,7 +185,7 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..pipeline.bill import price
     from ..pipeline.results import write_atomic
-    from ..pipeline.runtime import StepTimes
+    from ..pipeline.runtime import StepTimes, step_kind
     from ..pipeline.wfconfig import modes
 
     _out_file(a.out)
@@ -200,10 +200,11 @@ def _cmd_plan(a: argparse.Namespace) -> int:
         times = StepTimes.from_mapping(yaml.safe_load(path.read_text(encoding="utf-8")))
     except OSError as e:
         raise ConfigError(f"step_times: cannot read {path}: {e.strerror}") from None
-    bill = price(cells, times, executor=cfg["executor"], cells_per_job=cfg.get("cells_per_job"),
+    kind = step_kind(cfg["executor"], cfg.get("compile", False))
+    bill = price(cells, times, executor=kind, cells_per_job=cfg.get("cells_per_job"),
                  margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=copies)
     print(f"lpdl plan: {len(cells)} cells x {len(cfg['seeds'])} seed(s) x {len(modes(cfg))} results folder(s), "
-          f"executor {cfg['executor']}, cells_per_job {cfg.get('cells_per_job') or 'cell'}, margin "
+          f"executor {kind}, cells_per_job {cfg.get('cells_per_job') or 'cell'}, margin "
           f"{cfg['runtime_margin']}, max_runtime {cfg['max_runtime']} min; step times from {cfg['step_times']}")
     for line in bill.lines():
         print(line)

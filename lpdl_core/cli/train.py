@@ -192,7 +192,8 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> N
     try:
         with above_bar:
             m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
-                         executor=a.executor, data_root=a.data_root, progress=progress, offline=a.offline,
+                         executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
+                         data_root=a.data_root, progress=progress, offline=a.offline,
                          group=group)
     finally:
         if bar is not None:

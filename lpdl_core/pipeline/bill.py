@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 
 from .cells import Cell
 from .jobs import plan_jobs
-from .runtime import STARTUP_MINUTES, StepTimes, job_runtime
+from .runtime import StepTimes, job_runtime, startup_minutes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,14 +87,14 @@ def price(cells: Iterable[Cell], times: StepTimes, *, executor: str, cells_per_j
     for job in plan_jobs(cells, "paper", cells_per_job):
         job_cells = [by_id[c] for c in job.cells]
         req = job_runtime(job_cells, times, executor=executor, margin=margin,
-                          startup_minutes=STARTUP_MINUTES, max_minutes=max_minutes)
-        gpus = job_cells[0].nodes if executor == "distributed" else 1
+                          max_minutes=max_minutes)
+        gpus = job_cells[0].nodes if executor.startswith("distributed") else 1
         seconds = sum(times.cell_seconds(c, executor) for c in job_cells)
         for c in job_cells:
             key = f"{c.model}@{c.dataset} {c.precision} {executor} n={c.nodes} b={c.batch_per_node}"
             step_s[key], bases[key] = times.step_basis(c, executor)
         prices.append(JobPrice(name=job.name, table=job_cells[0].table, cells=len(job_cells), gpus=gpus,
-                               expected_h=gpus * (STARTUP_MINUTES + seconds / 60) / 60,
+                               expected_h=gpus * (startup_minutes(executor) + seconds / 60) / 60,
                                asked_h=gpus * req.attempts_needed * req.minutes / 60,
                                request_minutes=req.minutes, attempts=req.attempts_needed))
     return Bill(jobs=tuple(prices), copies=copies, bases=bases, step_s=step_s)

@@ -135,11 +135,13 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
 @holds_run_folder  # one live run per run folder: a second one is refused (lpdl_core.pipeline.runlock)
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
              fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
-             data_root: str | None = None, progress: Callable[[dict], None] | None = None,
+             compile: bool = False, compile_mode: str = "auto", data_root: str | None = None, progress: Callable[[dict], None] | None = None,
              offline: bool = False, group: Group | None = None) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
     partition.csv}. metrics.json is written last, so its presence means the cell is complete.
     offline: download nothing (the workflow's jobs; `lpdl prefetch` fetched the data beforehand).
+    compile: each training iteration as one torch.compile graph (executor "batched"; how it runs,
+    not what it computes: same run identity).
     executor "distributed": this process is one of the cell's n ranks (`group`, joined if not
     given: lpdl_core.pipeline.ranks); rank 0 checks and writes the run folder.
 
@@ -179,13 +181,14 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
     split = load_dataset(plan.dataset, offline=offline, **plan.dataset_kwargs)
-    engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed)
+    engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
+                       compile_mode=compile_mode)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)
     config = {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": profile, "seed": plan.run.partition_seed,
               "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
-              "fidelity": fidelity.as_dict(), "executor": executor, "device_requested": device,
+              "fidelity": fidelity.as_dict(), "executor": executor, "compile": compile, "device_requested": device,
               "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
     if group.distributed:
         config["processes"] = group.world

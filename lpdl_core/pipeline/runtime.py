@@ -89,6 +89,10 @@ class StepTimes:
             # wire time is not in it: measure the distributed executor to include it)
             executor, nodes = "loop", 1
             how.append("one node's loop step")
+        if executor.endswith(COMPILED) and executor not in by_exec and executor[:-len(COMPILED)] in by_exec:
+            # a compiled step is not slower than the eager one it compiles: an over-estimate
+            executor = executor[:-len(COMPILED)]
+            how.append(f"the eager {executor} step (compiled not measured)")
         if executor not in by_exec:
             raise ConfigError(f"step times: no {cell.precision} {executor} measurement for {model}; "
                               f"measured: {sorted(by_exec)}")
@@ -131,14 +135,27 @@ class RuntimeRequest:
 
 
 STARTUP_MINUTES = 10  # a job's start: Python, torch's import, the data loaded
+COMPILED = "+compiled"  # a step-time column: the executor's step compiled as one graph
+COMPILE_MINUTES = 10    # a compiled job's first step (torch.compile), added to its start-up
+
+
+def step_kind(executor: str, compile: bool = False) -> str:
+    """The step-time column of a job that runs `executor`, compiled or not (e.g. "batched+compiled")."""
+    return executor + COMPILED if compile else executor
+
+
+def startup_minutes(kind: str) -> float:
+    """A job's start-up: STARTUP_MINUTES, plus COMPILE_MINUTES for a compiled step."""
+    return STARTUP_MINUTES + (COMPILE_MINUTES if kind.endswith(COMPILED) else 0)
 
 
 def job_runtime(cells: Iterable[Cell], times: StepTimes, *, executor: str, margin: float = 1.5,
-                startup_minutes: float = STARTUP_MINUTES, max_minutes: int = 2880) -> RuntimeRequest:
-    """The SLURM time request of one job running `cells` in sequence (see the module docstring)."""
+                startup: float | None = None, max_minutes: int = 2880) -> RuntimeRequest:
+    """The SLURM time request of one job running `cells` in sequence (see the module docstring).
+    executor: the step-time column (`step_kind`); startup: minutes (default `startup_minutes`)."""
     if margin < 1:
         raise ConfigError(f"runtime margin {margin} is below 1: jobs would be cut before they end")
-    est = startup_minutes + margin * sum(times.cell_seconds(c, executor) for c in cells) / 60
+    est = (startup_minutes(executor) if startup is None else startup) + margin * sum(times.cell_seconds(c, executor) for c in cells) / 60
     minutes = int(min(max_minutes, math.ceil(est)))
     return RuntimeRequest(minutes=minutes, estimate_minutes=est,
                           attempts_needed=max(1, math.ceil(est / max_minutes)))

@@ -14,11 +14,14 @@ layers use these instead, with the same values and the same gradients:
   moves the node dimension to the front and flags it, so the backward (which autograd runs
   outside vmap, on the stacked gradient) takes one range per node, as the eager vmapped
   `quantize_grad` does.
-- **Bifurcation.** :math:`y = \mathrm{QG}(op(x, \mathrm{sg}(W), \mathrm{sg}(b))) + (c - \mathrm{sg}(c))`
+- **Bifurcated convolution** `lpdl::bifurcated_conv2d`: a custom op whose registered backward is
+  the eager one (x receives :math:`\partial op^\top Q(g_y)`, W and b receive
+  :math:`\partial op^\top g_y`); its vmap rule runs the n nodes as one grouped convolution (as
+  functorch does) and tells the backward that the channel dimension holds n blocks, one range each.
+- **Bifurcated linear layer** :math:`y = \mathrm{QG}(op(x, \mathrm{sg}(W), \mathrm{sg}(b))) + (c - \mathrm{sg}(c))`
   with :math:`c = op(\mathrm{sg}(x), W, b)`: the value is op(x, W, b) (c − c = 0), x receives
-  :math:`\partial op^\top Q(g_y)` and W, b receive :math:`\partial op^\top g_y`. The two forward
-  ops have identical arguments once the stop-gradients are erased, and the compiler's
-  common-subexpression pass keeps one.
+  :math:`\partial op^\top Q(g_y)` and W, b receive :math:`\partial op^\top g_y`, at the price
+  of a second forward product (classifier layers only).
 
 The compiled batched step differentiates with `torch.autograd.grad` outside vmap (dynamo traces
 it with `trace_autograd_ops`), which is why the gradient quantizer needs the flagged node
@@ -27,7 +30,7 @@ dimension rather than vmap's own batching of its backward.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -114,16 +117,77 @@ def quantize_grad(x: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
     return _quantize_grad_op(x, bits, rounding, False)
 
 
-def _bifurcated(op, x, w, b, grad_bits: int, grad_rounding: str, *conf):
+def linear(x, w, b, grad_bits: int, grad_rounding: str):
+    """Bifurcated linear layer by two stop-gradient branches (module docstring); the forward runs
+    twice where the compiler does not merge them, cheap for the classifier layers that use it."""
     xd, wd, bd = x.detach(), w.detach(), None if b is None else b.detach()
-    y = quantize_grad(op(x, wd, bd, *conf), grad_bits, grad_rounding)
-    c = op(xd, w, b, *conf)
+    y = quantize_grad(F.linear(x, wd, bd), grad_bits, grad_rounding)
+    c = F.linear(xd, w, b)
     return y + (c - c.detach())
 
 
+def fake_quant_groups(g: torch.Tensor, bits: int, rounding: str, nodes: int) -> torch.Tensor:
+    """Q(g) with one range per node, the nodes being `nodes` equal blocks of g's channel dimension
+    (dim 1), as a vmapped convolution lays them out; nodes = 1: one range for all of g."""
+    if nodes == 1:
+        return fake_quant_rows(g, bits, rounding, rows=False)
+    B = g.shape[0]
+    return fake_quant_rows(g.reshape(B, nodes, -1).transpose(0, 1), bits, rounding, rows=True
+                           ).transpose(0, 1).reshape(g.shape)
+
+
+@torch.library.custom_op("lpdl::bifurcated_conv2d", mutates_args=())
+def _conv_op(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor], stride: list[int],
+             padding: list[int], dilation: list[int], groups: int, grad_bits: int, rounding: str,
+             nodes: int) -> torch.Tensor:
+    return F.conv2d(x, w, b, stride, padding, dilation, groups)
+
+
+@_conv_op.register_fake
+def _(x, w, b, stride, padding, dilation, groups, grad_bits, rounding, nodes):
+    return F.conv2d(x, w, b, stride, padding, dilation, groups)
+
+
+def _conv_setup(ctx, inputs, output) -> None:
+    x, w, b, stride, padding, dilation, groups, grad_bits, rounding, nodes = inputs
+    ctx.save_for_backward(x, w)
+    ctx.has_bias = b is not None
+    ctx.conf = (stride, padding, dilation, groups)
+    ctx.quant = (grad_bits, rounding, nodes)
+
+
+def _conv_backward(ctx, g):
+    """The eager `_BifurcatedConv.backward`: g_x from Q(g) (one range per node), g_W and g_b from g."""
+    x, w = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.conf
+    bias = [w.shape[0]] if ctx.has_bias else None
+    conv_bw = torch.ops.aten.convolution_backward
+    gx = conv_bw(fake_quant_groups(g, *ctx.quant), x, w, bias, stride, padding, dilation, False, [0, 0],
+                 groups, [True, False, False])[0]
+    _, gw, gb = conv_bw(g, x, w, bias, stride, padding, dilation, False, [0, 0], groups,
+                        [False, True, ctx.has_bias])
+    return gx, gw, gb, None, None, None, None, None, None, None
+
+
+_conv_op.register_autograd(_conv_backward, setup_context=_conv_setup)
+
+
+def _conv_vmap(info, in_dims, x, w, b, stride, padding, dilation, groups, grad_bits, rounding, nodes):
+    """n nodes' convolutions as one grouped convolution (as functorch batches conv2d): node i's
+    channels are block i of the channel dimension, so the backward's ranges are per block."""
+    n = info.batch_size
+    per_node = [t if t is None or d is None else t.movedim(d, 0) for t, d in zip((x, w, b), in_dims[:3])]
+    x, w, b = (t if t is None or d is not None else t.expand(n, *t.shape) for t, d in zip(per_node, in_dims[:3]))
+    B = x.shape[1]
+    out = _conv_op(x.transpose(0, 1).reshape(B, n * x.shape[2], *x.shape[3:]),
+                   w.reshape(n * w.shape[1], *w.shape[2:]), None if b is None else b.reshape(-1),
+                   stride, padding, dilation, groups * n, grad_bits, rounding, nodes * n)
+    return out.reshape(B, n, -1, *out.shape[2:]).transpose(0, 1), 0
+
+
+_conv_op.register_vmap(_conv_vmap)
+
+
 def conv2d(x, w, b, stride, padding, dilation, groups, grad_bits: int, grad_rounding: str):
-    return _bifurcated(F.conv2d, x, w, b, grad_bits, grad_rounding, stride, padding, dilation, groups)
-
-
-def linear(x, w, b, grad_bits: int, grad_rounding: str):
-    return _bifurcated(F.linear, x, w, b, grad_bits, grad_rounding)
+    """Bifurcated convolution as one custom op (a single forward convolution)."""
+    return _conv_op(x, w, b, list(stride), list(padding), list(dilation), groups, grad_bits, grad_rounding, 1)

@@ -123,7 +123,9 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         if compiled:
             out["results"][precision]["compiled"] = {
                 **summary, "mode": sims[precision, True].compiled.mode, "compile_s": first[precision],
-                "generated_kernels": kernels[precision]}
+                "generated_kernels": kernels[precision], "graphs": 1 if sims[precision, True].compiled.one_graph else 2,
+                # CUDA graphs that inductor declined (reduce-overhead only; the reason is logged)
+                "cudagraph_skips": torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]}
             continue
         ops = step_op_counts(sims[precision, False], x, y)  # one more step each, counted, not timed
         out["results"][precision] = {**summary, "params": sims[precision, False].layout.d,

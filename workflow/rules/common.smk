@@ -51,6 +51,7 @@ from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
+from lpdl_core.pipeline.runtime import step_kind  # noqa: E402
 from lpdl_core.pipeline.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
 
 PROFILE = config["profile"]
@@ -154,6 +155,8 @@ def gres(gpus: int):
 
 
 DISTRIBUTED = config["executor"] == "distributed"
+# the step-time column that sizes the jobs: the executor, compiled or not
+STEP_KIND = step_kind(config["executor"], config.get("compile", False))
 
 
 def job_nodes(job) -> int:
@@ -189,7 +192,7 @@ def train_resources(job):
                 "gpu": 0}
     from lpdl_core.pipeline.runtime import job_runtime
 
-    req = job_runtime(cells, STEP_TIMES, executor=config["executor"], margin=config["runtime_margin"],
+    req = job_runtime(cells, STEP_TIMES, executor=STEP_KIND, margin=config["runtime_margin"],
                       max_minutes=config["max_runtime"])
     return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
             "runtime": req.minutes, "gpu": n}
@@ -202,7 +205,7 @@ def _warn_long_jobs():
         return
     from lpdl_core.pipeline.runtime import job_runtime
 
-    need = [job_runtime([CELL_BY_ID[c] for c in j.cells], STEP_TIMES, executor=config["executor"],
+    need = [job_runtime([CELL_BY_ID[c] for c in j.cells], STEP_TIMES, executor=STEP_KIND,
                         margin=config["runtime_margin"], max_minutes=config["max_runtime"]).attempts_needed
             for j in JOBS]
     long = sum(n > 1 for n in need)

@@ -2,7 +2,7 @@
 OMP_NUM_THREADS is set before torch loads), with its stdout and stderr in the job's log.
 
 What defines the runs reaches the job through params (the cells, the mode's fidelity as typed JSON;
-params.identity reruns a job when one of its runs changes). How the job runs (device, executor,
+params.identity reruns a job when one of its runs changes). How the job runs (device, executor, compile,
 data root, paper-table folder, threads) comes from the config, so changing it, or the spelling of a
 path, never reruns a finished cell. With `executor: distributed` the job runs one process per node
 (torchrun started by `lpdl train`, or srun in a SLURM job of n tasks). The job runs offline
@@ -16,6 +16,7 @@ cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
         *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--device", cfg["device"], "--executor", cfg["executor"],
+        *(("--compile", "--compile-mode", cfg["compile_mode"]) if cfg["compile"] else ()),
         *(("--data-root", cfg["data_root"]) if cfg["data_root"] else ()), "--fidelity-json", sm.params.fidelity,
         "--offline"]
 os.environ["OMP_NUM_THREADS"] = str(sm.threads)

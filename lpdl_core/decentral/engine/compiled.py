@@ -26,10 +26,9 @@ from typing import Literal
 
 import torch
 
+from ...config import COMPILE_MODES
 from .. import optim
 from ..compress import REGISTRY as COMPRESSORS
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,8 +46,8 @@ class CompileCfg:
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ValueError(f"compile must be true or false, got {self.enabled!r}")
-        if self.mode != "auto" and self.mode not in COMPILE_MODES:
-            raise ValueError(f"compile_mode must be one of {('auto',) + COMPILE_MODES}, got {self.mode!r}")
+        if self.mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.mode!r}")
 
     def resolved_mode(self, device: torch.device) -> str:
         if self.mode == "auto":
@@ -71,6 +70,11 @@ def check_compilable(sim) -> None:
 class CompiledStep:
     """`sim.train_step` as one compiled graph (see the module docstring). Same state, same meaning."""
 
+    # One graph where dynamo can trace torch.autograd.grad (its `trace_autograd_ops` switch; not in
+    # every torch release); else two graphs, the forward (whose backward AOTAutograd compiles and
+    # autograd runs) and the update, with the same operations.
+    ONE_GRAPH = hasattr(torch._dynamo.config, "trace_autograd_ops")
+
     def __init__(self, sim, cfg: CompileCfg):
         check_compilable(sim)
         self.sim = sim
@@ -79,11 +83,31 @@ class CompiledStep:
         self.lr = torch.zeros((), dtype=sim.x.dtype, device=sim.device)
         self.t = torch.zeros((), dtype=torch.long, device=sim.device)
         self.mode = cfg.resolved_mode(sim.device)
-        self.fn = torch.compile(self._iteration, fullgraph=True, dynamic=False, mode=self.mode)
+        self.cuda_graphs = self.mode == "reduce-overhead" and sim.device.type == "cuda"
+        if self.cuda_graphs:  # the tensors the graph updates in place keep their addresses
+            for t in (sim.z, *sim.executor.buffers.values()):
+                torch._dynamo.mark_static_address(t)
+        compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)  # noqa: E731
+        self.one_graph = self.ONE_GRAPH
+        if self.one_graph:
+            self.fn = compile(self._iteration)
+        else:
+            self.forward, self.update = compile(sim.executor._traced_losses), compile(self._update)
 
     def _iteration(self, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
-        sim, ex = self.sim, self.sim.executor
-        losses, g = ex._traced(z, buffers, xb, yb)
+        losses, g = self.sim.executor._traced(z, buffers, xb, yb)
+        return (losses, *self._update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
+
+    def _split(self, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
+        """_iteration as two compiled graphs and autograd between them (no traced autograd.grad)."""
+        leaf = self.sim.executor.param_transform(z).detach().requires_grad_()
+        losses = self.forward(leaf, z, buffers, xb, yb)
+        (g,) = torch.autograd.grad(losses.sum(), leaf)
+        return (losses.detach(), *self.update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
+
+    def _update(self, x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t):
+        """Local step and gossip round from the gradient rows g: the iteration after backward."""
+        sim = self.sim
         if sim.frozen is not None:   # x ← z·u on the columns the forward just updated in z
             x = torch.where(sim.frozen, z * u[:, None], x)
         x_tilde, st = optim.local_step(x, g, optim.OptimState(buf=buf, buf2=buf2), lr, sim.optim_cfg)
@@ -97,17 +121,21 @@ class CompiledStep:
         if sim.frozen is not None:
             st = st._replace(buf=torch.where(sim.frozen, 0.0, st.buf))
         z.copy_(r.x / r.u[:, None])
-        return losses, r.x, r.u, st.buf, st.buf2, r.state, bytes_sent + r.sent.to(torch.float64) * sim.message_bytes
+        return r.x, r.u, st.buf, st.buf2, r.state, bytes_sent + r.sent.to(torch.float64) * sim.message_bytes
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
         sim, ex = self.sim, self.sim.executor
         self.lr.fill_(lr)
         self.t.fill_(sim.t)   # follows the simulator's counter (a resumed run included)
         ex.module.train()
-        with ex.param_transform.handed_over(), torch._dynamo.config.patch(trace_autograd_ops=True):
-            out = self.fn(sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state,
-                          sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t)
+        if self.cuda_graphs:  # each call is a new step: the previous step's outputs are inputs now
+            torch.compiler.cudagraph_mark_step_begin()
+        with ex.param_transform.handed_over(), torch._dynamo.config.patch(
+                **({"trace_autograd_ops": True} if self.one_graph else {})):
+            out = (self.fn if self.one_graph else self._split)(
+                sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state, sim.bytes_sent,
+                ex.buffers, xb, yb, self.lr, self.t)
         losses, sim.x, sim.u, buf, buf2, sim.algo_state, sim.bytes_sent = out
         sim.opt_state = optim.OptimState(buf=buf, buf2=buf2, step=sim.opt_state.step + 1)
         sim.t += 1
-        return losses
+        return losses.clone() if self.cuda_graphs else losses  # a replay overwrites its outputs

@@ -150,13 +150,18 @@ class BatchedExecutor:
         one torch.autograd.grad of their sum outside vmap (node i's loss reaches only row i), with
         the 8-bit layers' traceable operators (lpdl_core.quant.traced). G comes out (n, d)."""
         leaf = self.param_transform(Z).detach().requires_grad_()
+        losses = self._traced_losses(leaf, Z, buffers, xb, yb)
+        (G,) = torch.autograd.grad(losses.sum(), leaf)
+        return losses.detach(), G
+
+    def _traced_losses(self, leaf: torch.Tensor, Z: torch.Tensor, buffers: dict, xb: torch.Tensor,
+                       yb: torch.Tensor) -> torch.Tensor:
+        """The per-node losses (n,) of the layers reading `leaf` (the transformed Z), differentiable in it."""
         params = dict(zip(self.layout.names, self.layout.views(leaf)))
         frozen = {k: v for k, v in zip(self.layout.names, self.layout.views(Z)) if k in self.layout.frozen}
         for k in frozen:
             del params[k]
-        losses = self._losses(params, frozen, buffers, xb, yb)
-        (G,) = torch.autograd.grad(losses.sum(), leaf)
-        return losses.detach(), G
+        return self._losses(params, frozen, buffers, xb, yb)
 
     def traced_loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """As loss_and_grad, through `_traced` (compiled once compile() has run)."""

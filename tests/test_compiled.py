@@ -1,0 +1,159 @@
+"""The compiled training iteration (lpdl_core.decentral.engine.compiled) and the traceable 8-bit
+operators it runs (lpdl_core.quant.traced).
+
+The fast tests run the traceable form eagerly against the eager custom autograd Functions; the
+slow ones compile the whole iteration (minutes on a CPU) and follow the eager run for 20 steps.
+"""
+import pytest
+import torch
+from torch.func import vmap
+
+from lpdl_core.decentral.algorithms.base import GossipCfg
+from lpdl_core.decentral.compress import CompressorCfg
+from lpdl_core.decentral.engine import EngineCfg, Simulator
+from lpdl_core.decentral.optim import OptimCfg
+from lpdl_core.decentral.topology import Topology
+from lpdl_core.models.mini import build_standin
+from lpdl_core.quant import traced
+from lpdl_core.quant.params import ParamQuant
+from lpdl_core.quant.quantizer import QuantCfg, fake_quant
+from lpdl_core.training.bench import bench_step
+
+# 16-bit nearest layer gradients: deterministic, and a rounding decision that a last-bit
+# difference flips moves that layer gradient by one step of a 2^16-level grid (1.5e-5 of its range)
+DETERMINISTIC = QuantCfg(grad_bits=16, grad_rounding="nearest")
+
+
+def _sim(precision, *, algorithm="ds", topology="ring", compression=0, momentum="nesterov",
+         compile=False, qcfg=DETERMINISTIC):
+    gossip = GossipCfg(algorithm=algorithm) if compression == 0 else GossipCfg(
+        algorithm=algorithm, eta=0.01, compressor=CompressorCfg(kind="topk", ratio=compression / 100))
+    q = qcfg if precision == "int8" else None
+    return Simulator(lambda: build_standin("resnet20", precision=precision, qcfg=q),
+                     topology=Topology(name=topology, n=4), gossip=gossip, optim_cfg=OptimCfg(momentum=momentum),
+                     engine=EngineCfg(executor="batched", device="cpu", compile=compile), param_transform=ParamQuant)
+
+
+def _batch(n=4, b=4, side=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, b, 3, side, side, generator=g), torch.randint(0, 10, (n, b), generator=g)
+
+
+def test_traced_straight_through_q_is_q_bitwise_with_unit_gradient():
+    x = torch.randn(5, 7, requires_grad=True)
+    lo, hi = torch.tensor([-0.5]), torch.tensor([0.7])
+    y = traced.quantize(x, 8, "nearest", lo, hi)
+    assert torch.equal(y, fake_quant(x.detach(), 8, "nearest", lo, hi))  # x - x = 0 exactly
+    (y * torch.arange(35.0).reshape(5, 7)).sum().backward()
+    assert torch.equal(x.grad, torch.arange(35.0).reshape(5, 7))
+
+
+def test_the_gradient_quantizer_takes_one_range_per_node_under_vmap():
+    """vmap over nodes, autograd outside it: the backward sees the stacked gradient and must still
+    quantize each node's slice over that node's own range, as the eager vmapped Function does."""
+    x = torch.randn(3, 4, 5, requires_grad=True)
+    scale = torch.tensor([1.0, 100.0, 0.01]).reshape(3, 1, 1) * torch.randn(3, 4, 5)
+    out = vmap(lambda t: traced.quantize_grad(t, 4, "nearest"))(x)
+    assert torch.equal(out, x.detach())
+    (g,) = torch.autograd.grad((out * scale).sum(), x)
+    assert torch.equal(g, torch.stack([fake_quant(s, 4, "nearest") for s in scale]))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_traced_form_matches_the_eager_functions(precision):
+    """Same forward operations on the same operands: losses and the buffers the forward updates
+    (activation ranges) are bitwise equal. Gradients come from another autograd graph (grad of the
+    vmapped sum instead of vmap of grad; composed Range EvoNorm instead of its hand-written
+    backward), so summation orders differ: a few float32 ulps of the largest gradient, plus at
+    most one step of a 16-bit layer-gradient grid where a rounding flips. 1e-4 of max |g| bounds
+    both with a margin of about 6 (1.5e-5 per flip)."""
+    torch.manual_seed(0)
+    eager, tr = _sim(precision), _sim(precision)
+    x, y = _batch()
+    l0, g0 = eager.executor.loss_and_grad(x, y)
+    with traced.traced_ops():
+        l1, g1 = tr.executor.traced_loss_and_grad(x, y)
+    assert torch.equal(l0, l1)
+    for k, b in eager.executor.buffers.items():
+        assert torch.equal(b, tr.executor.buffers[k]), k
+    assert (g1 - g0).abs().max() <= 1e-4 * g0.abs().max()
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(optim_cfg=OptimCfg(momentum="adam")), "not 'adam'"),
+    (dict(gossip=GossipCfg(algorithm="choco", compressor=CompressorCfg(kind="randomk", ratio=0.5))),
+     "deterministic compressor"),
+])
+def test_settings_a_compiled_step_does_not_cover_fail_in_one_line(change, message):
+    with pytest.raises(ValueError, match=message):
+        Simulator(lambda: build_standin("resnet20", precision="fp32"), topology=Topology(name="ring", n=2),
+                  engine=EngineCfg(executor="batched", compile=True, device="cpu"), **change)
+
+
+@pytest.mark.parametrize("kw,message", [(dict(executor="loop"), "needs engine.executor 'batched'"),
+                                        (dict(executor="batched", compile_mode="fast"),
+                                         "compile_mode must be one of")])
+def test_engine_settings_are_checked_where_they_are_made(kw, message):
+    with pytest.raises(ValueError, match=message):
+        EngineCfg(compile=True, **kw)
+
+
+def test_the_workflow_config_refuses_compile_without_the_batched_executor():
+    import yaml
+    from lpdl_core.config import check_workflow_config
+    from lpdl_core.errors import ConfigError
+    cfg = yaml.safe_load(open("config/config.yaml"))
+    schema = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))
+    assert check_workflow_config({**cfg, "compile": True, "executor": "batched"}, schema)["compile"] is True
+    with pytest.raises(ConfigError, match="compile: true needs executor: batched, got executor: loop"):
+        check_workflow_config({**cfg, "compile": True, "executor": "loop"}, schema)
+
+
+@pytest.mark.parametrize("kw,message", [(dict(executor="loop"), "needs --executor batched"),
+                                        (dict(executor="batched", warmup=0), "needs --warmup >= 1")])
+def test_bench_compile_refuses_before_building(kw, message):
+    with pytest.raises(ValueError, match=message):
+        bench_step(compile=True, **kw)
+
+
+CASES = {  # every axis covered by two compilations (each takes minutes here); the FP one also
+    # runs the two-graph form that torch releases without dynamo's traced autograd.grad get
+    "fp32-ds-static-0pct-two-graphs": (dict(precision="fp32", algorithm="ds", topology="ring", compression=0),
+                                       False),
+    "int8-choco-time-varying-99pct-qgm": (dict(precision="int8", algorithm="choco",
+                                               topology="time-varying-exponential", compression=99,
+                                               momentum="qgm"), True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeypatch):
+    """fullgraph=True: a graph break is an error, so compiling at all means one graph with no
+    .item() or nonzero in it (both break a graph under dynamo's defaults). One compilation serves
+    all 20 steps (lr, round counter and mixing matrix are tensors). Tolerance: each step starts
+    from states a few ulps apart (the test above, and inductor's own fused summation orders),
+    gossip and the optimizer are contractions at these learning rates, and a top-k selection or a
+    16-bit rounding that flips moves one coordinate by at most the 1 % kept threshold's or one
+    grid step; measured drift after 20 steps is below 1e-5 of max |x|, so 1e-3 leaves 100x."""
+    from lpdl_core.decentral.engine.compiled import CompiledStep
+    settings, one_graph = CASES[case]
+    if one_graph and not CompiledStep.ONE_GRAPH:
+        pytest.skip("this torch's dynamo cannot trace torch.autograd.grad")
+    monkeypatch.setattr(CompiledStep, "ONE_GRAPH", one_graph)
+    torch._dynamo.reset()
+    eager, comp = _sim(**settings), _sim(**settings, compile=True)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for step in range(20):
+        x, y = _batch(seed=step)
+        lr = 0.05 if step < 10 else 0.02  # a schedule change must not recompile
+        la, lb = eager.train_step(x, y, lr), comp.train_step(x, y, lr)
+        assert (la - lb).abs().max() <= 1e-3 * la.abs().max(), step
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == (1 if one_graph else 2)
+    scale = eager.x.abs().max()
+    assert (eager.x - comp.x).abs().max() <= 1e-3 * scale
+    assert torch.allclose(eager.u, comp.u, rtol=1e-6)
+    assert torch.equal(eager.bytes_sent, comp.bytes_sent)
+    assert eager.t == comp.t == 20 and comp.opt_state.step == 20
+    for k, b in eager.executor.buffers.items():
+        assert torch.allclose(b, comp.executor.buffers[k], rtol=1e-3, atol=1e-5), k
