@@ -21,6 +21,7 @@ top-k): the random kinds draw from the simulator's own generator, which a graph 
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +30,8 @@ import torch
 from ...config import COMPILE_MODES
 from .. import optim
 from ..compress import REGISTRY as COMPRESSORS
+
+log = logging.getLogger("lpdl.cli")  # the package's one logger
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,22 +91,40 @@ class CompiledStep:
             for t in (sim.z, *sim.executor.buffers.values()):
                 torch._dynamo.mark_static_address(t)
         compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)  # noqa: E731
-        self.one_graph = self.ONE_GRAPH
+        self.one_graph, self.compiled_once = self.ONE_GRAPH, False
         if self.one_graph:
             self.fn = compile(self._iteration)
         else:
             self.forward, self.update = compile(sim.executor._traced_losses), compile(self._update)
 
-    def _iteration(self, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
-        losses, g = self.sim.executor._traced(z, buffers, xb, yb)
-        return (losses, *self._update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
+    def _iteration(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
+        """leaf: the layers' view of z (param_transform(z)), a leaf that requires grad."""
+        losses = self.sim.executor._traced_losses(leaf, z, buffers, xb, yb)
+        (g,) = torch.autograd.grad(losses.sum(), leaf)
+        return (losses.detach(), *self._update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
 
-    def _split(self, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
+    def _split(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
         """_iteration as two compiled graphs and autograd between them (no traced autograd.grad)."""
-        leaf = self.sim.executor.param_transform(z).detach().requires_grad_()
         losses = self.forward(leaf, z, buffers, xb, yb)
         (g,) = torch.autograd.grad(losses.sum(), leaf)
         return (losses.detach(), *self.update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
+
+    def _run(self, *args):
+        if self.one_graph:
+            try:
+                with torch._dynamo.config.patch(trace_autograd_ops=True):
+                    return self.fn(*args)
+            except torch._dynamo.exc.Unsupported as e:  # raised at the first call, before any state changes
+                if self.compiled_once:
+                    raise
+                log.warning("compile: one graph is not supported by this torch (%s); using two graphs",
+                            str(e).strip().splitlines()[0])
+                self.one_graph = False
+                compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)  # noqa: E731
+                self.forward, self.update = compile(self.sim.executor._traced_losses), compile(self._update)
+            finally:
+                self.compiled_once = True
+        return self._split(*args)
 
     def _update(self, x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t):
         """Local step and gossip round from the gradient rows g: the iteration after backward."""
@@ -130,11 +151,10 @@ class CompiledStep:
         ex.module.train()
         if self.cuda_graphs:  # each call is a new step: the previous step's outputs are inputs now
             torch.compiler.cudagraph_mark_step_begin()
-        with ex.param_transform.handed_over(), torch._dynamo.config.patch(
-                **({"trace_autograd_ops": True} if self.one_graph else {})):
-            out = (self.fn if self.one_graph else self._split)(
-                sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state, sim.bytes_sent,
-                ex.buffers, xb, yb, self.lr, self.t)
+        leaf = ex.param_transform(sim.z).detach().requires_grad_()  # (eager: a few ops)
+        with ex.param_transform.handed_over():
+            out = self._run(leaf, sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state,
+                            sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t)
         losses, sim.x, sim.u, buf, buf2, sim.algo_state, sim.bytes_sent = out
         sim.opt_state = optim.OptimState(buf=buf, buf2=buf2, step=sim.opt_state.step + 1)
         sim.t += 1
