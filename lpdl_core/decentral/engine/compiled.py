@@ -155,7 +155,11 @@ class CompiledStep:
         with ex.param_transform.handed_over():
             out = self._run(leaf, sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state,
                             sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t)
+        if self.cuda_graphs:  # a later replay (of any compiled step in this process) reuses their memory
+            out = [t.clone() if isinstance(t, torch.Tensor) else
+                   type(t)(*(f.clone() if isinstance(f, torch.Tensor) else f for f in t)) if isinstance(t, tuple)
+                   else t for t in out]
         losses, sim.x, sim.u, buf, buf2, sim.algo_state, sim.bytes_sent = out
         sim.opt_state = optim.OptimState(buf=buf, buf2=buf2, step=sim.opt_state.step + 1)
         sim.t += 1
-        return losses.clone() if self.cuda_graphs else losses  # a replay overwrites its outputs
+        return losses
