@@ -66,7 +66,8 @@ def test_the_readme_slurm_dry_run_plans_the_paper_grid():
     p = _dry_run({"LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""})
     assert p.returncode == 0, p.stderr[-3000:]
     assert "This was a dry-run" in p.stdout + p.stderr
-    assert "train_t2_resnet20_dring8_c99_s0_8_ds_int8" in p.stdout + p.stderr
+    # paper.yaml: one job per block and precision (33 jobs for 226 cells)
+    assert "train_table2_resnet20_dring8_int8" in p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("request_, asked", [("gpus", "gpu=1"), ("gres", "gres=gpu:1")])
@@ -86,7 +87,7 @@ def test_a_distributed_paper_job_asks_one_task_and_one_gpu_per_node():
     """executor=distributed: each 8-node Table 3 job is one SLURM job of 8 tasks (the plugin's mpi
     path: --ntasks=8), 8 GPUs, one per task (--ntasks-per-gpu=1)."""
     p = subprocess.run([SNAKEMAKE, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", "--config",
-                        "executor=distributed", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
+                        "executor=distributed", "compile=false", "cells_per_job=cell", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
                        env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "mpi=" in l]

@@ -45,7 +45,7 @@ class OptimCfg:
 class OptimState(NamedTuple):
     buf: torch.Tensor  # (n, d): SGD momentum buffer b, QGM's quasi-global momentum m̂, Adam's m
     buf2: torch.Tensor | None = None  # (n, d): Adam's second moment v
-    step: int = 0                     # Adam's step count (bias correction)
+    step: int = 0                     # Adam's step count (bias correction; a tensor in a compiled step)
 
 
 def init(x: torch.Tensor, cfg: "OptimCfg | None" = None) -> OptimState:

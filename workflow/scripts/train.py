@@ -16,7 +16,7 @@ cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
         *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--device", cfg["device"], "--executor", cfg["executor"],
-        *(("--compile", "--compile-mode", cfg["compile_mode"]) if cfg["compile"] else ()),
+        *(("--compile", "--compile-mode", cfg.get("compile_mode", "auto")) if cfg.get("compile") else ()),
         *(("--data-root", cfg["data_root"]) if cfg["data_root"] else ()), "--fidelity-json", sm.params.fidelity,
         "--offline"]
 os.environ["OMP_NUM_THREADS"] = str(sm.threads)

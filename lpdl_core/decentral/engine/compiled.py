@@ -12,7 +12,8 @@ a tensor: the learning rate as a 0-dim tensor, the round counter t as a 0-dim lo
 the mixing matrix as row `t mod P` of the schedule's P matrices stacked once `(P, n, n)`. So one
 compilation serves the whole run (and, through the on-disk inductor cache, later cells of the
 same shapes), and no step reads a value back to the host. Python ints that only count (the
-simulator's t, the optimizer's step count) are advanced outside the graph.
+simulator's t, the optimizer's step count, which Adam's bias correction reads as a tensor) are
+advanced outside the graph.
 
 The backward runs as `torch.autograd.grad` of the summed node losses (node i's loss reaches only
 row i of the stacked parameters), traced by dynamo (`trace_autograd_ops`), with the 8-bit layers
@@ -62,9 +63,6 @@ def check_compilable(sim) -> None:
     """One-line errors for the settings a compiled step does not cover (before compiling anything)."""
     if sim.engine_cfg.executor != "batched":
         raise ValueError(f"compile needs engine.executor 'batched', got {sim.engine_cfg.executor!r}")
-    if sim.optim_cfg.momentum == "adam":
-        raise ValueError("compile covers SGD, heavy-ball, Nesterov and QGM momenta, not 'adam' "
-                         "(its bias correction depends on the step count)")
     kind = sim.gossip_cfg.compressor.kind
     if COMPRESSORS[kind].random and not sim.gossip_cfg.compressor.is_identity:
         raise ValueError(f"compile needs a deterministic compressor (identity or topk), got {kind!r}")
@@ -80,11 +78,17 @@ class CompiledStep:
 
     def __init__(self, sim, cfg: CompileCfg):
         check_compilable(sim)
+        # One compiled step per process at a time: the cells of a job each build one, and dynamo
+        # would keep every earlier one's graphs (and CUDA-graph memory) and stop compiling after
+        # its recompile limit. The on-disk inductor and AOTAutograd caches keep the compiled code,
+        # so a later cell of the same shapes compiles from the cache.
+        torch._dynamo.reset()
         self.sim = sim
         P = sim.topology.period
         self.Ws = torch.stack([sim.W(t) for t in range(P)])      # (P, n, n), built once
         self.lr = torch.zeros((), dtype=sim.x.dtype, device=sim.device)
         self.t = torch.zeros((), dtype=torch.long, device=sim.device)
+        self.k = torch.zeros((), dtype=sim.x.dtype, device=sim.device)  # optimizer steps done (Adam)
         self.mode = cfg.resolved_mode(sim.device)
         self.cuda_graphs = self.mode == "reduce-overhead" and sim.device.type == "cuda"
         if self.cuda_graphs:  # the tensors the graph updates in place keep their addresses
@@ -97,17 +101,17 @@ class CompiledStep:
         else:
             self.forward, self.update = compile(sim.executor._traced_losses), compile(self._update)
 
-    def _iteration(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
+    def _iteration(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t, k):
         """leaf: the layers' view of z (param_transform(z)), a leaf that requires grad."""
         losses = self.sim.executor._traced_losses(leaf, z, buffers, xb, yb)
         (g,) = torch.autograd.grad(losses.sum(), leaf)
-        return (losses.detach(), *self._update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
+        return (losses.detach(), *self._update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t, k))
 
-    def _split(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t):
+    def _split(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t, k):
         """_iteration as two compiled graphs and autograd between them (no traced autograd.grad)."""
         losses = self.forward(leaf, z, buffers, xb, yb)
         (g,) = torch.autograd.grad(losses.sum(), leaf)
-        return (losses.detach(), *self.update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t))
+        return (losses.detach(), *self.update(x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t, k))
 
     def _run(self, *args):
         if self.one_graph:
@@ -126,12 +130,12 @@ class CompiledStep:
                 self.compiled_once = True
         return self._split(*args)
 
-    def _update(self, x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t):
+    def _update(self, x, u, z, buf, buf2, algo_state, bytes_sent, g, lr, t, k):
         """Local step and gossip round from the gradient rows g: the iteration after backward."""
         sim = self.sim
         if sim.frozen is not None:   # x ← z·u on the columns the forward just updated in z
             x = torch.where(sim.frozen, z * u[:, None], x)
-        x_tilde, st = optim.local_step(x, g, optim.OptimState(buf=buf, buf2=buf2), lr, sim.optim_cfg)
+        x_tilde, st = optim.local_step(x, g, optim.OptimState(buf=buf, buf2=buf2, step=k), lr, sim.optim_cfg)
         if sim.frozen is not None:
             x_tilde = torch.where(sim.frozen, x, x_tilde)
             st = st._replace(buf=torch.where(sim.frozen, 0.0, st.buf))
@@ -148,13 +152,14 @@ class CompiledStep:
         sim, ex = self.sim, self.sim.executor
         self.lr.fill_(lr)
         self.t.fill_(sim.t)   # follows the simulator's counter (a resumed run included)
+        self.k.fill_(sim.opt_state.step)
         ex.module.train()
         if self.cuda_graphs:  # each call is a new step: the previous step's outputs are inputs now
             torch.compiler.cudagraph_mark_step_begin()
         leaf = ex.param_transform(sim.z).detach().requires_grad_()  # (eager: a few ops)
         with ex.param_transform.handed_over():
             out = self._run(leaf, sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state,
-                            sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t)
+                            sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t, self.k)
         if self.cuda_graphs:  # a later replay (of any compiled step in this process) reuses their memory
             out = [t.clone() if isinstance(t, torch.Tensor) else
                    type(t)(*(f.clone() if isinstance(f, torch.Tensor) else f for f in t)) if isinstance(t, tuple)
