@@ -27,6 +27,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from . import traced
 from .quantizer import dequantized, quant_scale, quantize
 
 
@@ -72,6 +73,7 @@ class ParamQuant:
             seg.append(torch.full((numel,), self.tensors if name in bits_of else -1, dtype=torch.long))
             self.tensors += name in bits_of
         seg_all = torch.cat(seg) if seg else torch.empty(0, dtype=torch.long)
+        self.device = torch.device("cpu") if device is None else torch.device(device)
         self.columns = torch.nonzero(seg_all >= 0).squeeze(1).to(device)   # quantized columns (dq,)
         self.segment = seg_all[seg_all >= 0].to(device)                      # their tensor index (dq,)
 
@@ -90,6 +92,10 @@ class ParamQuant:
         scale = quant_scale(lo, hi, self.bits)
         q = dequantized(W, lo.gather(1, idx), scale.gather(1, idx), self.bits, "nearest")
         return Z.detach().index_copy(1, self.columns, q)
+
+    def new_step(self) -> None:
+        """A compiled step's new stochastic-rounding key for the traced 8-bit operators."""
+        traced.new_noise_key(self.device)
 
     @contextlib.contextmanager
     def handed_over(self) -> Iterator[None]:

@@ -20,6 +20,9 @@ from typing import Literal
 import torch
 
 ROUNDINGS = ("nearest", "stochastic")
+# quantize/quantize_grad in the form torch.compile traces, with the switch that selects it: set by
+# lpdl_core.quant.traced when imported (it reads this module's arithmetic, so this one cannot import it)
+TRACEABLE: dict = {}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,8 +230,8 @@ def quantize(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
         x_min = x_min.detach()
     if x_max is not None and x_max.requires_grad:
         x_max = x_max.detach()
-    if traced.active():
-        return traced.quantize(x, bits, rounding, x_min, x_max)
+    if TRACEABLE and TRACEABLE["active"]():
+        return TRACEABLE["quantize"](x, bits, rounding, x_min, x_max)
     return _quantize_apply(x, bits, rounding, x_min, x_max)
 
 
@@ -255,9 +258,6 @@ _quantize_grad_apply = eager_apply(_QuantizeGrad)
 
 def quantize_grad(x: torch.Tensor, bits: int = 8, rounding: str = "stochastic") -> torch.Tensor:
     """Mark x so that the gradient flowing back through it is quantized to `bits`."""
-    if traced.active():
-        return traced.quantize_grad(x, bits, rounding)
+    if TRACEABLE and TRACEABLE["active"]():
+        return TRACEABLE["quantize_grad"](x, bits, rounding)
     return _quantize_grad_apply(x, bits, rounding)
-
-
-from . import traced  # noqa: E402  (the compiler-traceable form; it reads this module's arithmetic)

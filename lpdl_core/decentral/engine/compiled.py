@@ -153,6 +153,7 @@ class CompiledStep:
         self.lr.fill_(lr)
         self.t.fill_(sim.t)   # follows the simulator's counter (a resumed run included)
         self.k.fill_(sim.opt_state.step)
+        ex.param_transform.new_step()  # e.g. the 8-bit layers' new stochastic-rounding key
         ex.module.train()
         if self.cuda_graphs:  # each call is a new step: the previous step's outputs are inputs now
             torch.compiler.cudagraph_mark_step_begin()

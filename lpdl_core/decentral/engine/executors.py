@@ -31,6 +31,10 @@ class ParamTransform(Protocol):
 
     def handed_over(self) -> contextlib.AbstractContextManager: ...
 
+    def new_step(self) -> None:
+        """Called before each compiled step (engine/compiled.py): whatever the model's traced
+        operators must draw afresh per step, outside the graph."""
+
 
 class _Identity:
     def __call__(self, Z: torch.Tensor) -> torch.Tensor:
@@ -38,6 +42,9 @@ class _Identity:
 
     def handed_over(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+    def new_step(self) -> None:
+        pass
 
 
 def _state(module: nn.Module) -> list[nn.Parameter]:
