@@ -130,11 +130,15 @@ CASES = {  # every axis covered by two compilations (each takes minutes here); t
 def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeypatch):
     """fullgraph=True: a graph break is an error, so compiling at all means one graph with no
     .item() or nonzero in it (both break a graph under dynamo's defaults). One compilation serves
-    all 20 steps (lr, round counter and mixing matrix are tensors). Tolerance: each step starts
-    from states a few ulps apart (the test above, and inductor's own fused summation orders),
-    gossip and the optimizer are contractions at these learning rates, and a top-k selection or a
-    16-bit rounding that flips moves one coordinate by at most the 1 % kept threshold's or one
-    grid step; measured drift after 20 steps is below 1e-5 of max |x|, so 1e-3 leaves 100x."""
+    all 20 steps (lr, round counter and mixing matrix are tensors).
+
+    Tolerance. The first step's forward is the same operations on the same operands, so its losses
+    are equal. After that the two runs differ by float summation order (the fast tests: a few ulps),
+    until a discrete decision flips: a coordinate entering or leaving the 1 % top-k, a 16-bit
+    rounding step. A flip moves one coordinate of x by η·|v| <= 0.01·|v| (η = 0.01 at 99 %), which
+    QGM's momentum carries forward at most 1/(1 − β) = 10 times, so a few flips over 20 steps stay
+    within 1e-2 of max |x|, and the losses within 2e-2 of their size (one run measured 1.3e-3 at
+    step 5 for the 8-bit case)."""
     from lpdl_core.decentral.engine.compiled import CompiledStep
     settings, one_graph = CASES[case]
     if one_graph and not CompiledStep.ONE_GRAPH:
@@ -147,15 +151,17 @@ def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeyp
         x, y = _batch(seed=step)
         lr = 0.05 if step < 10 else 0.02  # a schedule change must not recompile
         la, lb = eager.train_step(x, y, lr), comp.train_step(x, y, lr)
-        assert (la - lb).abs().max() <= 1e-3 * la.abs().max(), step
+        if step == 0:
+            assert torch.equal(la, lb)
+        assert (la - lb).abs().max() <= 2e-2 * la.abs().max(), step
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == (1 if one_graph else 2)
     scale = eager.x.abs().max()
-    assert (eager.x - comp.x).abs().max() <= 1e-3 * scale
+    assert (eager.x - comp.x).abs().max() <= 1e-2 * scale
     assert torch.allclose(eager.u, comp.u, rtol=1e-6)
     assert torch.equal(eager.bytes_sent, comp.bytes_sent)
     assert eager.t == comp.t == 20 and comp.opt_state.step == 20
     for k, b in eager.executor.buffers.items():
-        assert torch.allclose(b, comp.executor.buffers[k], rtol=1e-3, atol=1e-5), k
+        assert torch.allclose(b, comp.executor.buffers[k], rtol=2e-2, atol=1e-4), k  # ranges: as the losses
     # the next cell of a job (same shapes) compiles from the on-disk caches
     hits = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"]
     _sim(**settings, compile=True).train_step(*_batch(), 0.05)
