@@ -132,8 +132,9 @@ def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeyp
     .item() or nonzero in it (both break a graph under dynamo's defaults). One compilation serves
     all 20 steps (lr, round counter and mixing matrix are tensors).
 
-    Tolerance. The first step's forward is the same operations on the same operands, so its losses
-    are equal. After that the two runs differ by float summation order (the fast tests: a few ulps),
+    Tolerance. The first step starts from the same parameters, so its losses differ only by
+    inductor's fused summation orders (float32 reassociation over at most ~10^5 terms: well under
+    1e-5 relative). After that the two runs differ by float summation order (a few ulps),
     until a discrete decision flips: a coordinate entering or leaving the 1 % top-k, a 16-bit
     rounding step. A flip moves one coordinate of x by η·|v| <= 0.01·|v| (η = 0.01 at 99 %), which
     QGM's momentum carries forward at most 1/(1 − β) = 10 times, so a few flips over 20 steps stay
@@ -153,8 +154,8 @@ def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeyp
         if step == 10:  # the CUDA-graph bookkeeping (step marks, outputs copied out) runs on the CPU too
             comp.compiled.cuda_graphs = True
         la, lb = eager.train_step(x, y, lr), comp.train_step(x, y, lr)
-        if step == 0:
-            assert torch.equal(la, lb)
+        if step == 0:  # same parameters: only inductor's fused summation orders differ
+            assert (la - lb).abs().max() <= 1e-5 * la.abs().max()
         assert (la - lb).abs().max() <= 2e-2 * la.abs().max(), step
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - frames == (1 if one_graph else 2)
     scale = eager.x.abs().max()
@@ -173,8 +174,8 @@ def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeyp
 @pytest.mark.slow
 def test_a_compiled_transformer_with_adam_follows_the_eager_one():
     """The tiny DistilBERT of the mini profile, 8-bit, Adam (whose bias correction reads the step
-    count as a tensor in the graph), dropout off so that both runs draw nothing. The first loss is
-    bitwise the eager one (same forward). Adam moves each coordinate by about lr·m̂/(√v̂+ε), at most
+    count as a tensor in the graph), dropout off so that both runs draw nothing. The first losses
+    differ by summation order only. Adam moves each coordinate by about lr·m̂/(√v̂+ε), at most
     a few lr per step, and normalises away the gradient's scale, so a coordinate whose gradient is
     near zero can take a different step on a last-bit difference: |Δx| <= 2·lr·steps bounds it."""
     from lpdl_core.models.transformer import SequenceClassifier, distilbert_classifier
@@ -192,8 +193,8 @@ def test_a_compiled_transformer_with_adam_follows_the_eager_one():
     for step in range(steps):
         x, y = torch.randint(0, 100, (2, 4, 16), generator=g), torch.randint(0, 4, (2, 4), generator=g)
         la, lb = eager.train_step(x, y, lr), comp.train_step(x, y, lr)
-        if step == 0:
-            assert torch.equal(la, lb)
+        if step == 0:  # as above: summation order only
+            assert (la - lb).abs().max() <= 1e-5 * la.abs().max()
     assert (eager.x - comp.x).abs().max() <= 2 * lr * steps
     assert comp.opt_state.step == steps
 
