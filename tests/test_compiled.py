@@ -126,7 +126,7 @@ CASES = {  # every axis covered by two compilations (each takes minutes here); t
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.ci) if CASES[c][1] else c for c in CASES])
 def test_the_compiled_iteration_follows_the_eager_one_for_20_steps(case, monkeypatch):
     """fullgraph=True: a graph break is an error, so compiling at all means one graph with no
     .item() or nonzero in it (both break a graph under dynamo's defaults). One compilation serves
