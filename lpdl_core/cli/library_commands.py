@@ -81,7 +81,6 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 def _cmd_bench(a: argparse.Namespace) -> int:
     import json
-    from pathlib import Path
 
     from ..training.bench import bench_step
 

@@ -11,7 +11,7 @@ Profiles:
 from __future__ import annotations
 
 import shutil
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
