@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from torch.utils._pytree import tree_map_only
 
 from ...config import COMPILE_MODES
 from .. import optim
@@ -94,12 +95,18 @@ class CompiledStep:
         if self.cuda_graphs:  # the tensors the graph updates in place keep their addresses
             for t in (sim.z, *sim.executor.buffers.values()):
                 torch._dynamo.mark_static_address(t)
-        compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)  # noqa: E731
         self.one_graph, self.compiled_once = self.ONE_GRAPH, False
         if self.one_graph:
-            self.fn = compile(self._iteration)
+            self.fn = self._compile(self._iteration)
         else:
-            self.forward, self.update = compile(sim.executor._traced_losses), compile(self._update)
+            self._two_graphs()
+
+    def _compile(self, f):
+        return torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)
+
+    def _two_graphs(self) -> None:
+        self.one_graph = False
+        self.forward, self.update = self._compile(self.sim.executor._traced_losses), self._compile(self._update)
 
     def _iteration(self, leaf, x, u, z, buf, buf2, algo_state, bytes_sent, buffers, xb, yb, lr, t, k):
         """leaf: the layers' view of z (param_transform(z)), a leaf that requires grad."""
@@ -123,9 +130,7 @@ class CompiledStep:
                     raise
                 log.warning("compile: one graph is not supported by this torch (%s); using two graphs",
                             str(e).strip().splitlines()[0])
-                self.one_graph = False
-                compile = lambda f: torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)  # noqa: E731
-                self.forward, self.update = compile(self.sim.executor._traced_losses), compile(self._update)
+                self._two_graphs()
             finally:
                 self.compiled_once = True
         return self._split(*args)
@@ -162,9 +167,7 @@ class CompiledStep:
             out = self._run(leaf, sim.x, sim.u, sim.z, sim.opt_state.buf, sim.opt_state.buf2, sim.algo_state,
                             sim.bytes_sent, ex.buffers, xb, yb, self.lr, self.t, self.k)
         if self.cuda_graphs:  # a later replay (of any compiled step in this process) reuses their memory
-            out = [t.clone() if isinstance(t, torch.Tensor) else
-                   type(t)(*(f.clone() if isinstance(f, torch.Tensor) else f for f in t)) if isinstance(t, tuple)
-                   else t for t in out]
+            out = tree_map_only(torch.Tensor, torch.clone, out)
         losses, sim.x, sim.u, buf, buf2, sim.algo_state, sim.bytes_sent = out
         sim.opt_state = optim.OptimState(buf=buf, buf2=buf2, step=sim.opt_state.step + 1)
         sim.t += 1
