@@ -20,6 +20,7 @@ import torch
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg, Simulator
+from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.topology import Topology
 from ..models.registry import build_model, input_size
 from ..quant.params import ParamQuant
@@ -57,7 +58,7 @@ def gossip_for(compression: float) -> GossipCfg:
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8"),
-               compression: float = 0.0, compile: bool = False,
+               compression: float = 0.0, compile: bool = False, pack: int = 1,
                progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
@@ -65,6 +66,10 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     executor), interleaved with the eager steps: results[p]["compiled"] holds its times, the
     first call's seconds (`compile_s`, compilation included) and the kernels inductor generated
     for it; `compiled_lp_over_fp` and `compiled_speedup` (eager / compiled, per precision) sum up.
+
+    pack: time a pack of that many cells of `nodes` nodes each (engine/packed.py: one stacked
+    state, block-diagonal mixing) instead of one cell; the medians are of the whole pack's step,
+    and `per_cell_median_s` divides by the cells.
 
     The precisions' steps are interleaved (FP step, LP step, FP step, ...), so a slow spell of a
     shared machine slows both alike instead of skewing the ratio. progress, if given, is called
@@ -75,7 +80,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     size = input_size(model, dataset)
     gossip = gossip_for(compression)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
-                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "compile": compile, "interleaved": True,
+                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "compile": compile, "pack": pack, "interleaved": True,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
     if executor == "distributed":  # n processes, each step split into compute / compression / communication
@@ -86,6 +91,10 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         out.update(dist, threads=dist["threads_per_rank"], device=dist.pop("device_kind"))
         _ratio(out)
         return out
+    if pack < 1:
+        raise ValueError(f"bench --pack must be >= 1, got {pack}")
+    if pack > 1 and executor == "distributed":
+        raise ValueError("bench --pack runs in one process: use --executor loop or batched")
     if compile and executor != "batched":
         raise ValueError(f"bench --compile needs --executor batched, got {executor!r}")
     if compile and warmup < 1:
@@ -97,13 +106,19 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         qcfg = QuantCfg() if precision == "int8" else None
         report({"event": "build", "precision": precision + (" compiled" if compiled else "")})
         make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
-        sims[precision, compiled] = Simulator(
-            make, topology=Topology(name="directed-ring", n=nodes), gossip=gossip,
-            engine=EngineCfg(executor=executor, device=device, compile=compiled), param_transform=ParamQuant)
+        engine = EngineCfg(executor=executor, device=device, compile=compiled)
+        if pack > 1:
+            members = [PackMember(topology=Topology(name="directed-ring", n=nodes), gossip=gossip, seed=engine.seed + k)
+                       for k in range(pack)]
+            sims[precision, compiled] = PackedSimulator(make, members=members, engine=engine, param_transform=ParamQuant)
+        else:
+            sims[precision, compiled] = Simulator(make, topology=Topology(name="directed-ring", n=nodes), gossip=gossip,
+                                                  engine=engine, param_transform=ParamQuant)
         times[precision, compiled] = []
     sim = next(iter(sims.values()))
-    x = torch.randn(nodes, batch, 3, size, size, generator=gen).to(sim.device)
-    y = torch.randint(0, 10, (nodes, batch), generator=gen).to(sim.device)
+    rows = nodes * pack
+    x = torch.randn(rows, batch, 3, size, size, generator=gen).to(sim.device)
+    y = torch.randint(0, 10, (rows, batch), generator=gen).to(sim.device)
     for i in range(warmup + steps):
         seconds = {}
         for (precision, compiled), s in sims.items():
@@ -119,7 +134,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
     for (precision, compiled), ts in times.items():
         summary = {"median_s": statistics.median(ts), "min_s": min(ts), "mean_s": statistics.fmean(ts),
-                   "per_node_median_s": statistics.median(ts) / nodes}
+                   "per_node_median_s": statistics.median(ts) / rows, "per_cell_median_s": statistics.median(ts) / pack}
         if compiled:
             out["results"][precision]["compiled"] = {
                 **summary, "mode": sims[precision, True].compiled.mode, "compile_s": first[precision],

@@ -1,9 +1,9 @@
 """The n-node decentralized training simulator (one process, all nodes on one device), and the
 distributed executor (one process per node, `NodeProcess`)."""
 from .distributed import NodeProcess
-from .evaluate import Evaluation, evaluate
+from .evaluate import Evaluation, evaluate, evaluate_cells
 from .executors import EXECUTORS, BatchedExecutor, LoopExecutor
 from .simulator import EngineCfg, Simulator, resolve_device
 
 __all__ = ["EXECUTORS", "BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor", "NodeProcess",
-           "Simulator", "evaluate", "resolve_device"]
+           "Simulator", "evaluate", "evaluate_cells", "resolve_device"]

@@ -145,13 +145,12 @@ class CompiledStep:
             x_tilde = torch.where(sim.frozen, x, x_tilde)
             st = st._replace(buf=torch.where(sim.frozen, 0.0, st.buf))
         W = self.Ws.index_select(0, (t % self.Ws.shape[0]).reshape(1)).squeeze(0)
-        r = sim.algorithm.step(algo_state, x=x, x_tilde=x_tilde, u=u, W=W, t=t, cfg=sim.gossip_cfg,
-                               layout=sim.layout, generator=None)
+        r, sent = sim._algorithm_round(algo_state, x=x, x_tilde=x_tilde, u=u, W=W, t=t, generator=None)
         st = optim.qgm_correct(st, r.x, x_tilde, r.u, lr, sim.optim_cfg)
         if sim.frozen is not None:
             st = st._replace(buf=torch.where(sim.frozen, 0.0, st.buf))
         z.copy_(r.x / r.u[:, None])
-        return r.x, r.u, st.buf, st.buf2, r.state, bytes_sent + r.sent.to(torch.float64) * sim.message_bytes
+        return r.x, r.u, st.buf, st.buf2, r.state, bytes_sent + sent
 
     def __call__(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
         sim, ex = self.sim, self.sim.executor

@@ -33,14 +33,43 @@ def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int =
     transform: applied to each input chunk (e.g. uint8 -> normalized float), so a large test set
     is never materialized in float all at once.
     """
+    shard = sim.shard(len(x))  # the averaged model is the same everywhere: each process takes a part
+    correct, loss_sum, (avg_correct,) = _count(sim, x, y, batch_size, transform,
+                                               [(sim.average, sim.average_buffers())], shard)
+    acc = (100.0 * sim.gather_rows(correct) / len(x)).tolist()
+    return Evaluation(node_acc=tuple(acc), mean_acc=sum(acc) / sim.n,
+                      avg_model_acc=float(100.0 * sim.node_total(avg_correct) / len(x)),
+                      consensus_distance=sim.consensus_distance(),
+                      mean_loss=float(sim.gather_rows(loss_sum).mean() / len(x)))
+
+
+@torch.no_grad()
+def evaluate_cells(sim, cells: list[int], x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024,
+                   transform=None) -> list[Evaluation]:
+    """`evaluate` for the listed cells of a pack (engine/packed.py), each on its own rows: the
+    same numbers as the cell's solo run (one pass over the test set for all of them)."""
+    averages = [(sim.cell_average(k), sim.cell_average_buffers(k)) for k in cells]
+    correct, loss_sum, avg_correct = _count(sim, x, y, batch_size, transform, averages, slice(0, len(x)))
+    out = []
+    for k, avg in zip(cells, avg_correct):
+        rows = sim.rows_of[k]
+        acc = (100.0 * correct[rows] / len(x)).tolist()
+        out.append(Evaluation(node_acc=tuple(acc), mean_acc=sum(acc) / len(acc),
+                              avg_model_acc=float(100.0 * avg / len(x)),
+                              consensus_distance=sim.cell_consensus_distance(k),
+                              mean_loss=float(loss_sum[rows].mean() / len(x))))
+    return out
+
+
+def _count(sim, x, y, batch_size, transform, averages, shard):
+    """Per row held: correct predictions and summed test loss over (x, y); per averaged model
+    (flat parameters, buffers) in `averages`: correct predictions on the `shard` of the samples."""
     rows = sim.z.shape[0]  # the nodes this process holds: all n, or one in a NodeProcess
     correct = torch.zeros(rows, device=sim.device)
     loss_sum = torch.zeros(rows, device=sim.device)
-    avg_correct = torch.zeros((), device=sim.device)
+    avg_correct = [torch.zeros((), device=sim.device) for _ in averages]
     module = sim.executor.reference_module()
-    avg_params = dict(zip(sim.layout.names, sim.layout.views(sim.average)))
-    avg_buffers = sim.average_buffers()
-    shard = sim.shard(len(x))  # the averaged model is the same everywhere: each process takes a part
+    models = [(dict(zip(sim.layout.names, sim.layout.views(flat))), buffers) for flat, buffers in averages]
     was_training = module.training
     module.eval()
     for s in range(0, len(x), batch_size):
@@ -53,11 +82,8 @@ def evaluate(sim: Simulator, x: torch.Tensor, y: torch.Tensor, batch_size: int =
             logits.flatten(0, 1), yb.repeat(rows), reduction="none").view(rows, -1).sum(1)
         lo, hi = max(shard.start - s, 0), min(shard.stop - s, len(xb))
         if lo < hi:
-            avg_logits = functional_call(module, (avg_params, avg_buffers), (xb[lo:hi],))
-            avg_correct += (avg_logits.argmax(-1) == yb[lo:hi]).sum()
+            for count, params_buffers in zip(avg_correct, models):
+                avg_logits = functional_call(module, params_buffers, (xb[lo:hi],))
+                count += (avg_logits.argmax(-1) == yb[lo:hi]).sum()
     module.train(was_training)
-    acc = (100.0 * sim.gather_rows(correct) / len(x)).tolist()
-    return Evaluation(node_acc=tuple(acc), mean_acc=sum(acc) / sim.n,
-                      avg_model_acc=float(100.0 * sim.node_total(avg_correct) / len(x)),
-                      consensus_distance=sim.consensus_distance(),
-                      mean_loss=float(sim.gather_rows(loss_sum).mean() / len(x)))
+    return correct, loss_sum, avg_correct

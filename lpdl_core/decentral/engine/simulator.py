@@ -173,9 +173,15 @@ class Simulator:
 
     def _round(self, x_tilde: torch.Tensor) -> tuple[Round, torch.Tensor]:
         """The algorithm's gossip round t for every node held, and the bytes each one sent."""
-        r = self.algorithm.step(self.algo_state, x=self.x, x_tilde=x_tilde, u=self.u, W=self.W(self.t),
-                                t=self.t, cfg=self.gossip_cfg, layout=self.layout,
-                                generator=self.generator)
+        return self._algorithm_round(self.algo_state, x=self.x, x_tilde=x_tilde, u=self.u, W=self.W(self.t),
+                                     t=self.t, generator=self.generator)
+
+    def _algorithm_round(self, state, *, x, x_tilde, u, W, t, generator) -> tuple[Round, torch.Tensor]:
+        """One round of the algorithm on the given state (the compiled step calls it with traced
+        tensors): the Round and the bytes each row sent. A pack of cells overrides it
+        (engine/packed.py: one round per cell, each on its own block of W)."""
+        r = self.algorithm.step(state, x=x, x_tilde=x_tilde, u=u, W=W, t=t, cfg=self.gossip_cfg,
+                                layout=self.layout, generator=generator)
         return r, r.sent.to(torch.float64) * self.message_bytes
 
     def _gossip(self, x_tilde: torch.Tensor, lr: float | None) -> None:
@@ -193,7 +199,7 @@ class Simulator:
         """Everything needed to continue bit-exactly: node state, optimizer and algorithm state,
         per-node buffers, round counter, bytes sent and the compressor RNG. Plain tensors, dicts
         and numbers only, so torch.load(weights_only=True) can read it."""
-        algo = {k: v for k, v in self.algo_state._asdict().items()}
+        algo = self._algo_state_dict()
         return {"x": self.x, "u": self.u, "opt_buf": self.opt_state.buf, "opt_buf2": self.opt_state.buf2,
                 "opt_step": self.opt_state.step, "algo": algo, "t": self.t,
                 "bytes_sent": self.bytes_sent, "buffers": self.executor.stacked_buffers(),
@@ -209,13 +215,18 @@ class Simulator:
         buf2 = sd.get("opt_buf2")
         self.opt_state = optim.OptimState(buf=own(sd["opt_buf"]), step=int(sd.get("opt_step", 0)),
                                           buf2=own(buf2) if buf2 is not None else None)
-        fields = {k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in sd["algo"].items()}
-        self.algo_state = type(self.algo_state)(**fields)
+        self.algo_state = self._load_algo_state(sd["algo"], own)
         self.t = int(sd["t"])
         self.bytes_sent = own(sd["bytes_sent"])
         self.executor.load_buffers({k: v.to(dev) for k, v in sd["buffers"].items()})
         self.generator.set_state(sd["generator"])
         self.z.copy_(self.x / self.u[:, None])
+
+    def _algo_state_dict(self) -> dict:
+        return dict(self.algo_state._asdict())
+
+    def _load_algo_state(self, algo: dict, own: Callable):
+        return type(self.algo_state)(**{k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in algo.items()})
 
     # ---- across the nodes: this process holds all n rows; a NodeProcess (one row) overrides
     # these with collectives, so training and evaluation code is the same for both
