@@ -45,7 +45,10 @@ EXECUTORS = (*IN_PROCESS_EXECUTORS, "distributed")  # loop/batched: all n nodes 
 #   distributed: one process per node over torch.distributed (lpdl_core.decentral.engine.distributed)
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")  # auto: CUDA graphs on CUDA
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
-CELLS_PER_JOB = ("block", "cell")      # mini: a block's cells of one precision per process; paper: one cell
+CELLS_PER_JOB = ("block", "pack", "cell")  # block: a block's cells of one precision per process, one after
+#   another; pack: the same jobs, with cells that can share a stacked state trained together (pack_size
+#   at a time; lpdl_core.training.pack); cell: one cell per job
+MAX_PACK_SIZE = 64
 LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
 # paper model -> (its mini stand-in, what it is): built by lpdl_core.models.mini, each by its paper
 # model's own class; the mini protocol (lpdl_core.pipeline.mini) records the description
@@ -261,6 +264,7 @@ def with_vocabulary(schema: Mapping) -> dict:
     props["demo"]["properties"]["epochs"]["maximum"] = MAX_DEMO_EPOCHS
     props["dist_timeout"]["maximum"] = MAX_DIST_TIMEOUT_S
     props["threads_per_job"]["maximum"] = MAX_THREADS
+    props["pack_size"]["maximum"] = MAX_PACK_SIZE
     props["max_runtime"]["maximum"] = MAX_RUNTIME_MIN
     props["runtime_margin"]["maximum"] = MAX_RUNTIME_MARGIN
     for key in ("paper_dir", "report_dir", "data_root", "step_times"):

@@ -58,6 +58,7 @@ def _workflow_config_args(p: argparse.ArgumentParser, read_there: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from ..config import (
         CELLS_PER_JOB,
+        MAX_PACK_SIZE,
         CNN_MODELS,
         COMPILE_MODES,
         DEVICES,
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compile", action="store_true",
                    help="also time each step compiled as one torch.compile graph (needs --executor batched "
                         "and --warmup >= 1: the first step compiles)")
-    b.add_argument("--pack", type=_count(1, 64), default=1, metavar="K",
+    b.add_argument("--pack", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
     b.add_argument("--out", help=also_json)
     b.set_defaults(func=_cmd_bench)
@@ -165,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "the first step compiles, minutes on a CPU)")
     tr.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
                     help="torch.compile mode (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default elsewhere)")
+    tr.add_argument("--pack-size", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
+                    help="train cells that can share one stacked state together, K at a time (executor loop or "
+                         "batched; they may differ in seed, skew, graph, compression and eta; default 1: one by one)")
     tr.add_argument("--dist-timeout", type=_timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help="distributed executor: bound on the rendezvous and on every wait for another rank "
                          "(a dead or stuck rank fails the job after it; default %(default)g)")

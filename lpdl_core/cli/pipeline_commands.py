@@ -18,8 +18,8 @@ def _cmd_prefetch(a: argparse.Namespace) -> int:
     import json
 
     from ..config import Fidelity
-    from ..pipeline.prefetch import prefetch, prefetch_request, write_manifest
     from ..pipeline.cells import load_cells
+    from ..pipeline.prefetch import prefetch, prefetch_request, write_manifest
 
     _out_file(a.out, "manifest")
     fidelities = [_fidelity(argparse.Namespace(fidelity_json=text, fidelity=[])) for text in a.fidelity_json or ()]
@@ -202,9 +202,12 @@ def _cmd_plan(a: argparse.Namespace) -> int:
         raise ConfigError(f"step_times: cannot read {path}: {e.strerror}") from None
     kind = step_kind(cfg["executor"], cfg.get("compile", False))
     bill = price(cells, times, executor=kind, cells_per_job=cfg.get("cells_per_job"),
-                 margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=copies)
+                 margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=copies,
+                 pack_size=cfg.get("pack_size", 4))
+    per = cfg.get("cells_per_job") or "cell"
+    packing = f" (pack_size {cfg.get('pack_size', 4)})" if per == "pack" else ""
     print(f"lpdl plan: {len(cells)} cells x {len(cfg['seeds'])} seed(s) x {len(modes(cfg))} results folder(s), "
-          f"executor {kind}, cells_per_job {cfg.get('cells_per_job') or 'cell'}, margin "
+          f"executor {kind}, cells_per_job {per}{packing}, margin "
           f"{cfg['runtime_margin']}, max_runtime {cfg['max_runtime']} min; step times from {cfg['step_times']}")
     for line in bill.lines():
         print(line)

@@ -64,7 +64,12 @@ def _cmd_train(a: argparse.Namespace) -> int:
             log.setLevel(max(log.level, logging.WARNING))
     shared = same_runs(todo) if a.profile == "mini" else {}
     out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
-    failed = []
+    failed, total = [], len(todo)
+    if a.pack_size > 1:
+        if group is not None:
+            raise LpdlError("--pack-size needs executor loop or batched (a pack runs in one process)")
+        failed = _train_packed(a, [c for c in todo if c.cell_id not in shared], out_of, fidelity)
+        todo = [c for c in todo if c.cell_id in shared]
     for i, cell in enumerate(todo, 1):
         if len(todo) > 1:
             log.info("[%d/%d] %s", i, len(todo), cell.cell_id)
@@ -77,17 +82,61 @@ def _cmd_train(a: argparse.Namespace) -> int:
             else:
                 _train_one(a, cell, out_of(cell.cell_id), fidelity, group)
         except (LpdlError, ValueError, OSError) as e:
-            if len(todo) == 1 or group is not None:  # a rank cannot go on alone: the job fails
+            if total == 1 or group is not None:  # a rank cannot go on alone: the job fails
                 raise
             failed.append(cell.cell_id)
             print(f"lpdl train: error: [{cell.cell_id}] {e}", file=sys.stderr, flush=True)
     if group is not None:
         group.leave()
     if failed:
-        print(f"lpdl train: error: {len(failed)} of {len(todo)} cells failed: {', '.join(failed)}",
+        print(f"lpdl train: error: {len(failed)} of {total} cells failed: {', '.join(failed)}",
               file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
+    """The cells in packs of at most --pack-size (lpdl_core.pipeline.runpack); the ids that failed."""
+    import time
+
+    from ..pipeline.runpack import run_cells_packed
+
+    t0 = time.time()
+
+    def progress(cid: str, ev: dict) -> None:
+        if ev["event"] == "restored":
+            log.info(f"[{cid}] restored the finished result of exactly these settings and this code from {ev['source']}")
+        elif ev["event"] == "checkpoint-set-aside":
+            log.warning(f"[{cid}] {ev['path']} cannot be used ({ev['reason']}); moved it to {ev['moved_to']}")
+        elif ev["event"] == "diverged":
+            log.warning(f"[{cid}] diverged at epoch {ev['epoch']} iteration {ev['iteration']} (its pack goes on)")
+        elif "pack" in ev and cid == ev["pack"][0]:  # a pack's own events: once per pack
+            if ev["event"] == "resumed":
+                log.info(f"[pack of {len(ev['pack'])}: {', '.join(ev['pack'])}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
+            elif ev["event"] == "epoch":
+                accs = " ".join("-" if x is None else f"{x:.2f}" for x in ev["mean_acc"])
+                log.info(f"[pack of {len(ev['pack'])}: {ev['pack'][0]}, ...] epoch {ev['epoch'] + 1}/{ev['epochs']} "
+                         f"acc {accs} ({time.time() - t0:.0f}s)")
+
+    results = run_cells_packed(cells, out_of, a.profile, pack_size=a.pack_size, seed=a.seed, fidelity=fidelity,
+                               device=a.device, executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
+                               data_root=a.data_root, offline=a.offline, progress=progress)
+    failed = []
+    for cell in cells:
+        m, out = results[cell.cell_id], out_of(cell.cell_id)
+        if isinstance(m, Exception):
+            failed.append(cell.cell_id)
+            print(f"lpdl train: error: [{cell.cell_id}] {m}", file=sys.stderr, flush=True)
+            continue
+        packed = m["config"].get("packed_with")
+        how = f", packed with {len(packed)} other cells" if packed else ""
+        if m["status"] == "ok":
+            print(f"[{cell.cell_id}] ok: mean node acc {m['final']['mean_acc']:.2f} "
+                  f"avg-model {m['final']['avg_model_acc']:.2f} ({m['wall_time_s']:.1f}s{how}) -> {out}", flush=True)
+        else:
+            print(f"[{cell.cell_id}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s{how}) -> {out}",
+                  flush=True)
+    return failed
 
 
 def _launch_ranks(a: argparse.Namespace, todo) -> int:

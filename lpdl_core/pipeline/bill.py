@@ -79,22 +79,30 @@ class Bill:
 
 
 def price(cells: Iterable[Cell], times: StepTimes, *, executor: str, cells_per_job: str | None = None,
-          margin: float = 1.5, max_minutes: int = 2880, copies: int = 1) -> Bill:
-    """The bill of training `cells` in the paper profile's jobs, each run `copies` times."""
+          margin: float = 1.5, max_minutes: int = 2880, copies: int = 1, pack_size: int = 4) -> Bill:
+    """The bill of training `cells` in the paper profile's jobs, each run `copies` times
+    (pack_size: the stacks of cells_per_job pack)."""
+    from .jobs import pack_stacks
+    from .runtime import job_seconds
+
+    pack = pack_size if cells_per_job == "pack" else 1
     cells = list(cells)
     by_id = {c.cell_id: c for c in cells}
     prices, bases, step_s = [], {}, {}
     for job in plan_jobs(cells, "paper", cells_per_job):
         job_cells = [by_id[c] for c in job.cells]
         req = job_runtime(job_cells, times, executor=executor, margin=margin,
-                          max_minutes=max_minutes)
+                          max_minutes=max_minutes, pack_size=pack)
         gpus = job_cells[0].nodes if executor.startswith("distributed") else 1
-        seconds = sum(times.cell_seconds(c, executor) for c in job_cells)
-        for c in job_cells:
-            key = f"{c.model}@{c.dataset} {c.precision} {executor} n={c.nodes} b={c.batch_per_node}"
-            step_s[key], bases[key] = times.step_basis(c, executor)
+        seconds = job_seconds(job_cells, times, executor=executor, pack_size=pack)
+        stacks = pack_stacks(job_cells, pack)
+        for stack in stacks:
+            c, k = stack[0], len(stack)
+            key = (f"{c.model}@{c.dataset} {c.precision} {executor} n={c.nodes} b={c.batch_per_node}"
+                   + (f" pack of {k}" if k > 1 else ""))
+            step_s[key], bases[key] = times.step_basis(c, executor, k)
         prices.append(JobPrice(name=job.name, table=job_cells[0].table, cells=len(job_cells), gpus=gpus,
-                               expected_h=gpus * (startup_minutes(executor) + seconds / 60) / 60,
+                               expected_h=gpus * (startup_minutes(executor, len(stacks)) + seconds / 60) / 60,
                                asked_h=gpus * req.attempts_needed * req.minutes / 60,
                                request_minutes=req.minutes, attempts=req.attempts_needed))
     return Bill(jobs=tuple(prices), copies=copies, bases=bases, step_s=step_s)

@@ -6,9 +6,14 @@ one process (`cells_per_job: block`). Each cell still has its own run folder, ch
 and identity check; a cell whose mini run is another cell's (lpdl_core.pipeline.mini.same_runs) joins that
 cell's job and is recorded as the same run, not trained twice. The paper profile runs one cell
 per job (`cells_per_job: cell`): its cells take hours, and a cluster schedules each on its own.
+`cells_per_job: pack` makes the block jobs and trains the cells of a job that can share one stacked
+state together, `pack_size` at a time (lpdl_core.training.pack): `pack_stacks` is how the planner
+counts those stacks.
 """
 from __future__ import annotations
 
+import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -27,6 +32,46 @@ class Job:
         return "train_" + re.sub(r"[^0-9a-zA-Z]+", "_", self.name).strip("_")
 
 
+# the cell columns that the cells of a pack share (lpdl_core.training.pack.pack_conflict checks the
+# resolved plans); they may differ in seed, skew, graph, compression and eta
+PACK_COLUMNS = ("dataset", "model", "nodes", "algorithm", "precision", "momentum", "norm", "optimizer", "lr",
+                "lr_schedule", "milestones", "epochs", "batch_per_node", "final_gossip_rounds")
+
+
+def pack_key(cell) -> tuple:
+    return tuple(getattr(cell, c) for c in PACK_COLUMNS)
+
+
+@functools.lru_cache(maxsize=None)
+def _batches(dataset: str, nodes: int, skew: float, seed: int, batch: int) -> tuple:
+    from ..decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes, skew_partition
+
+    if dataset not in KNOWN_CLASS_SIZES:
+        return ("skew", skew)
+    parts = skew_partition(labels_from_class_sizes(KNOWN_CLASS_SIZES[dataset]), nodes, skew, seed=seed)
+    longest = max(len(p) for p in parts)
+    return (math.ceil(longest / batch), longest)
+
+
+def batch_plan(cell) -> tuple:
+    """The paper-profile batches of a cell: (iterations per epoch, samples per node per epoch) of its
+    partition where its dataset's class sizes are known (lpdl_core.decentral.partition), else its
+    skew. Cells stack only with equal batches (lpdl_core.training.pack.batch_plan, on the loaded data)."""
+    return _batches(cell.dataset, cell.nodes, cell.skew, cell.seed, cell.batch_per_node)
+
+
+def pack_stacks(cells, pack_size: int) -> list[list]:
+    """The stacks a paper-profile job of `cells` trains, as the planner counts them: cells of one
+    pack_key and one batch plan, pack_size at a time, in the given order (as
+    lpdl_core.pipeline.runpack forms them)."""
+    if pack_size < 1:
+        raise ValueError(f"pack_size must be >= 1, got {pack_size}")
+    groups: dict[tuple, list] = {}
+    for c in cells:
+        groups.setdefault((pack_key(c), batch_plan(c)), []).append(c)
+    return [g[i:i + pack_size] for g in groups.values() for i in range(0, len(g), pack_size)]
+
+
 def default_cells_per_job(profile: str) -> str:
     return "block" if profile == "mini" else "cell"
 
@@ -38,7 +83,7 @@ def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job
     per = cells_per_job or default_cells_per_job(profile)
     if per not in CELLS_PER_JOB:
         raise ValueError(f"cells_per_job must be one of {', '.join(CELLS_PER_JOB)}, got {per!r}")
-    if per == "cell":
+    if per == "cell":  # ("pack" makes the block jobs)
         return [Job(name=c.cell_id, cells=(c.cell_id,)) for c in cells]
     shared = same_runs(cells) if profile == "mini" else {}
     by_id = {c.cell_id: c for c in cells}

@@ -27,9 +27,9 @@ from ..training.schedule import ScheduleCfg
 from ..training.train import RunCfg, train
 from .cells import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
-from .runsh import as_runsh
 from .ranks import Group
 from .runlock import holds_run_folder
+from .runsh import as_runsh
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
 PROFILES = ("mini", "paper")
@@ -152,8 +152,7 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     """
     from ..data.registry import load_dataset
     from ..decentral.engine import resolve_device
-    from .results import save_run
-    from .runstore import keep_run, read_run_metrics, restore_kept, run_identity
+    from .runstore import run_identity
 
     out = Path(out_dir)
     if profile not in PROFILES:
@@ -164,18 +163,7 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     if group.distributed and group.world != cell.nodes:
         raise ConfigError(f"{cell.cell_id} has {cell.nodes} nodes but runs on {group.world} processes")
 
-    def finished() -> dict | None:
-        if (out / "metrics.json").exists():
-            return read_run_metrics(out / "metrics.json", identity)
-        check_writable_dir(out, "run folder")
-        source = restore_kept(out, identity)
-        if source is None:
-            return None
-        if progress is not None:
-            progress({"event": "restored", "source": str(source)})
-        return read_run_metrics(out / "metrics.json", identity)
-
-    done = group.first(finished)
+    done = group.first(lambda: finished_run(out, identity, progress))
     if done is not None:
         return done
     resolve_device(device)  # no CUDA: one line now, not after loading the data
@@ -186,23 +174,50 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)
-    config = {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": profile, "seed": plan.run.partition_seed,
-              "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
-              "fidelity": fidelity.as_dict(), "executor": executor, "compile": compile, "device_requested": device,
-              "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
+    config = run_config(cell, plan, split, executor=executor, compile=compile, device=device)
     if group.distributed:
         config["processes"] = group.world
-
-    def write() -> dict:
-        save_run(result, out, config=config, class_names=split.class_names, identity=identity)
-        keep_run(out, identity)
-        for path in out.glob("checkpoint*.pt*"):  # this run's, every rank's (not the set-aside ones)
-            if path.name.endswith((".pt", ".pt.prev")):
-                path.unlink(missing_ok=True)
-        return read_run_metrics(out / "metrics.json", identity)
-
     group.barrier()  # every rank has finished (and saved its last checkpoint)
-    return group.first(write)
+    return group.first(lambda: write_run(out, result, config, split, identity))
+
+
+def finished_run(out: Path, identity: dict, progress: Callable[[dict], None] | None = None) -> dict | None:
+    """The finished run of this identity in out (or restored from out/.kept), or None when it
+    must be computed; another run's result there is a RunMismatch, a damaged one CorruptFile.
+    Checks that out is writable before saying None."""
+    from .runstore import read_run_metrics, restore_kept
+
+    if (out / "metrics.json").exists():
+        return read_run_metrics(out / "metrics.json", identity)
+    check_writable_dir(out, "run folder")
+    source = restore_kept(out, identity)
+    if source is None:
+        return None
+    if progress is not None:
+        progress({"event": "restored", "source": str(source)})
+    return read_run_metrics(out / "metrics.json", identity)
+
+
+def run_config(cell: Cell, plan: Plan, split, *, executor: str, compile: bool, device: str) -> dict:
+    """The `config` record of a run's metrics.json: the cell, its resolved plan and how it ran."""
+    return {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": plan.profile, "seed": plan.run.partition_seed,
+            "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
+            "fidelity": plan.fidelity.as_dict(), "executor": executor, "compile": compile, "device_requested": device,
+            "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
+
+
+def write_run(out: Path, result, config: dict, split, identity: dict) -> dict:
+    """Save a finished run into out (metrics.json last), keep a copy, drop its checkpoints; the
+    metrics as read back."""
+    from .results import save_run
+    from .runstore import keep_run, read_run_metrics
+
+    save_run(result, out, config=config, class_names=split.class_names, identity=identity)
+    keep_run(out, identity)
+    for path in out.glob("checkpoint*.pt*"):  # this run's, every rank's (not the set-aside ones)
+        if path.name.endswith((".pt", ".pt.prev")):
+            path.unlink(missing_ok=True)
+    return read_run_metrics(out / "metrics.json", identity)
 
 
 def share_run(cell: Cell, primary: Cell, primary_dir: str | Path, out_dir: str | Path, profile: str = "mini", *,

@@ -14,7 +14,9 @@ sample (per `model@dataset` where the input size depends on the dataset; counted
 lpdl_core.training.cost on the real model). The loop executor's step grows linearly with the
 nodes; the distributed executor, unless measured itself, takes the loop executor's time of one
 node (each node has its own process and GPU; the wire time is not in it). Scaling an unmeasured model by its MACs from a launch-bound small model over-estimates,
-which is the safe side for a time limit. The request is
+which is the safe side for a time limit. A pack of k cells (cells_per_job: pack) runs one
+step for all k: its time is the measured column `<kind>@pack<K>` of the smallest K >= k (a step of
+K cells of ref_nodes nodes each; fewer cells are not assumed faster), else k solo steps. The request is
 `min(max_minutes, startup + margin * sum_cells T)`; a job that needs more than the cap is cut at
 the limit and its retry resumes from the cell's checkpoint (saved every epoch), so no attempt asks
 more than the partition allows and none starts from zero.
@@ -73,15 +75,26 @@ class StepTimes:
         except TypeError as e:
             raise ConfigError(f"step times: {e}") from None
 
-    def step_seconds(self, cell: Cell, executor: str) -> float:
-        """Seconds of one step of the cell (all its nodes), from the closest measurement."""
-        return self.step_basis(cell, executor)[0]
+    def step_seconds(self, cell: Cell, executor: str, pack: int = 1) -> float:
+        """Seconds of one step of the cell (all its nodes), from the closest measurement; with pack
+        k > 1, of a stack of k such cells."""
+        return self.step_basis(cell, executor, pack)[0]
 
-    def step_basis(self, cell: Cell, executor: str) -> tuple[float, str]:
-        """(seconds of one step of the cell, what that rests on): "measured" when the table holds
-        the cell's model, precision and executor, else how it was scaled from a measurement."""
+    def step_basis(self, cell: Cell, executor: str, pack: int = 1) -> tuple[float, str]:
+        """(seconds of one step of the cell, or of a pack of `pack` such cells, what that rests
+        on): "measured" when the table holds the cell's model, precision and executor (and pack),
+        else how it was scaled from a measurement."""
         model = cell.model if cell.model in self.measured else self.ref_model
         by_exec = self.measured[model].get(cell.precision, {})
+        if pack > 1:
+            sizes = sorted(int(k[len(executor) + len(PACKED):]) for k in by_exec
+                           if k.startswith(executor + PACKED) and k[len(executor) + len(PACKED):].isdigit())
+            fits = [k for k in sizes if k >= pack]
+            if fits:
+                t, how = self.step_basis(cell, f"{executor}{PACKED}{fits[0]}")
+                return t, how if fits[0] == pack else f"{how}; a pack of {fits[0]} for {pack} cells"
+            t, how = self.step_basis(cell, executor)
+            return pack * t, f"{how}; x {pack} cells (packed step not measured)"
         nodes = cell.nodes
         how = []
         if executor == "distributed" and executor not in by_exec and "loop" in by_exec:
@@ -123,7 +136,11 @@ class StepTimes:
 
     def cell_seconds(self, cell: Cell, executor: str) -> float:
         """Expected wall seconds of the cell's training, evaluation included."""
-        return self.steps(cell) * self.step_seconds(cell, executor) * (1 + self.eval_share)
+        return self.stack_seconds([cell], executor)
+
+    def stack_seconds(self, stack: list[Cell], executor: str) -> float:
+        """Expected wall seconds of training a stack of cells as one pack (one cell: its solo run)."""
+        return self.steps(stack[0]) * self.step_seconds(stack[0], executor, len(stack)) * (1 + self.eval_share)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +153,7 @@ class RuntimeRequest:
 
 STARTUP_MINUTES = 10  # a job's start: Python, torch's import, the data loaded
 COMPILED = "+compiled"  # a step-time column: the executor's step compiled as one graph
+PACKED = "@pack"        # a step-time column: a pack of K cells' step, e.g. "batched+compiled@pack4"
 COMPILE_MINUTES = 5     # a compiled job's first step: 1.7-2.1 min cold for ResNet-20 on a 16-core GPU host
 
 
@@ -144,18 +162,34 @@ def step_kind(executor: str, compile: bool = False) -> str:
     return executor + COMPILED if compile else executor
 
 
-def startup_minutes(kind: str) -> float:
-    """A job's start-up: STARTUP_MINUTES, plus COMPILE_MINUTES for a compiled step."""
-    return STARTUP_MINUTES + (COMPILE_MINUTES if kind.endswith(COMPILED) else 0)
+def startup_minutes(kind: str, compiles: int = 1) -> float:
+    """A job's start-up: STARTUP_MINUTES, plus COMPILE_MINUTES for each compiled step it builds
+    (one per cell, or per stack of a packed job: a later one may hit the compile cache, but one of
+    other shapes or other messages compiles anew, so the request assumes each compiles)."""
+    return STARTUP_MINUTES + (COMPILE_MINUTES * compiles if kind.split(PACKED)[0].endswith(COMPILED) else 0)
+
+
+def job_seconds(cells: Iterable[Cell], times: StepTimes, *, executor: str, pack_size: int = 1) -> float:
+    """Expected training seconds of a job's cells: one after another, or with pack_size > 1 as the
+    stacks the planner counts (lpdl_core.pipeline.jobs.pack_stacks)."""
+    from .jobs import pack_stacks
+
+    return sum(times.stack_seconds(s, executor) for s in pack_stacks(list(cells), pack_size))
 
 
 def job_runtime(cells: Iterable[Cell], times: StepTimes, *, executor: str, margin: float = 1.5,
-                startup: float | None = None, max_minutes: int = 2880) -> RuntimeRequest:
-    """The SLURM time request of one job running `cells` in sequence (see the module docstring).
-    executor: the step-time column (`step_kind`); startup: minutes (default `startup_minutes`)."""
+                startup: float | None = None, max_minutes: int = 2880, pack_size: int = 1) -> RuntimeRequest:
+    """The SLURM time request of one job running `cells` (see the module docstring).
+    executor: the step-time column (`step_kind`); startup: minutes (default `startup_minutes`);
+    pack_size > 1: the job packs its cells (`job_seconds`)."""
     if margin < 1:
         raise ConfigError(f"runtime margin {margin} is below 1: jobs would be cut before they end")
-    est = (startup_minutes(executor) if startup is None else startup) + margin * sum(times.cell_seconds(c, executor) for c in cells) / 60
+    from .jobs import pack_stacks
+
+    cells = list(cells)
+    seconds = job_seconds(cells, times, executor=executor, pack_size=pack_size)
+    compiles = len(pack_stacks(cells, pack_size))
+    est = (startup_minutes(executor, compiles) if startup is None else startup) + margin * seconds / 60
     minutes = int(min(max_minutes, math.ceil(est)))
     return RuntimeRequest(minutes=minutes, estimate_minutes=est,
                           attempts_needed=max(1, math.ceil(est / max_minutes)))

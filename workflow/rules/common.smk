@@ -157,6 +157,8 @@ def gres(gpus: int):
 DISTRIBUTED = config["executor"] == "distributed"
 # the step-time column that sizes the jobs: the executor, compiled or not
 STEP_KIND = step_kind(config["executor"], config.get("compile", False))
+# cells_per_job pack: the most cells a job trains together (1: none packed)
+PACK_SIZE = config.get("pack_size", 4) if config.get("cells_per_job") == "pack" else 1
 
 
 def job_nodes(job) -> int:
@@ -193,7 +195,7 @@ def train_resources(job):
     from lpdl_core.pipeline.runtime import job_runtime
 
     req = job_runtime(cells, STEP_TIMES, executor=STEP_KIND, margin=config["runtime_margin"],
-                      max_minutes=config["max_runtime"])
+                      max_minutes=config["max_runtime"], pack_size=PACK_SIZE)
     return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
             "runtime": req.minutes, "gpu": n}
 
