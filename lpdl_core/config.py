@@ -306,4 +306,7 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
         raise ConfigError(f"{key}: {err.message}")
     if cfg.get("compile") and cfg.get("executor") != "batched":
         raise ConfigError(f"compile: true needs executor: batched, got executor: {cfg.get('executor')}")
+    if cfg.get("cells_per_job") == "pack" and cfg.get("executor") == "distributed":
+        raise ConfigError("cells_per_job: pack needs executor: loop or batched (a pack runs in one process), "
+                          "got executor: distributed")
     return cfg

@@ -275,3 +275,19 @@ def test_a_pack_compiles_as_one_graph_and_equals_its_eager_steps():
     torch.testing.assert_close(compiled.x, eager.x, rtol=1e-4, atol=1e-5)
     assert torch.equal(compiled.bytes_sent, eager.bytes_sent)
     assert compiled.compiled.one_graph
+
+
+def test_the_workflow_config_takes_pack_and_refuses_it_with_distributed_ranks():
+    import yaml
+
+    from lpdl_core.config import check_workflow_config
+    from lpdl_core.errors import ConfigError
+
+    cfg = yaml.safe_load(open("config/config.yaml"))
+    schema = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))
+    assert check_workflow_config({**cfg, "cells_per_job": "pack", "pack_size": 8}, schema)["pack_size"] == 8
+    assert yaml.safe_load(open("config/paper.yaml"))["cells_per_job"] == "pack"
+    with pytest.raises(ConfigError, match="pack_size"):
+        check_workflow_config({**cfg, "cells_per_job": "pack", "pack_size": 0}, schema)
+    with pytest.raises(ConfigError, match="cells_per_job: pack needs executor: loop or batched"):
+        check_workflow_config({**cfg, "cells_per_job": "pack", "executor": "distributed"}, schema)
