@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compile", action="store_true",
                    help="also time each step compiled as one torch.compile graph (needs --executor batched "
                         "and --warmup >= 1: the first step compiles)")
+    b.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
+                   help="torch.compile mode of the compiled steps (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; "
+                        "default elsewhere)")
     b.add_argument("--pack", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
     b.add_argument("--out", help=also_json)

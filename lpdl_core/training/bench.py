@@ -58,7 +58,7 @@ def gossip_for(compression: float) -> GossipCfg:
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8"),
-               compression: float = 0.0, compile: bool = False, pack: int = 1,
+               compression: float = 0.0, compile: bool = False, compile_mode: str = "auto", pack: int = 1,
                progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
@@ -67,6 +67,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     first call's seconds (`compile_s`, compilation included) and the kernels inductor generated
     for it; `compiled_lp_over_fp` and `compiled_speedup` (eager / compiled, per precision) sum up.
 
+    compile_mode: torch.compile's mode for the compiled steps (auto: CUDA graphs on CUDA).
     pack: time a pack of that many cells of `nodes` nodes each (engine/packed.py: one stacked
     state, block-diagonal mixing) instead of one cell; the medians are of the whole pack's step,
     and `per_cell_median_s` divides by the cells.
@@ -106,7 +107,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         qcfg = QuantCfg() if precision == "int8" else None
         report({"event": "build", "precision": precision + (" compiled" if compiled else "")})
         make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
-        engine = EngineCfg(executor=executor, device=device, compile=compiled)
+        engine = EngineCfg(executor=executor, device=device, compile=compiled, compile_mode=compile_mode)
         if pack > 1:
             members = [PackMember(topology=Topology(name="directed-ring", n=nodes), gossip=gossip, seed=engine.seed + k)
                        for k in range(pack)]
