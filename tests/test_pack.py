@@ -291,3 +291,31 @@ def test_the_workflow_config_takes_pack_and_refuses_it_with_distributed_ranks():
         check_workflow_config({**cfg, "cells_per_job": "pack", "pack_size": 0}, schema)
     with pytest.raises(ConfigError, match="cells_per_job: pack needs executor: loop or batched"):
         check_workflow_config({**cfg, "cells_per_job": "pack", "executor": "distributed"}, schema)
+
+
+@pytest.mark.slow
+def test_a_packed_job_killed_halfway_resumes_every_cell_from_its_checkpoint(tmp_path):
+    from lpdl_core.pipeline.cells import cells_by_id, load_cells
+    from lpdl_core.pipeline.runpack import PACK_CHECKPOINT, run_cells_packed
+
+    cells = cells_by_id(load_cells())
+    todo = [cells[i] for i in ("t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32")]
+    whole = run_cells_packed(todo, lambda cid: str(tmp_path / "whole" / cid), "mini", executor="batched", device="cpu")
+
+    def kill(cid, ev):
+        if ev["event"] == "epoch" and ev["epoch"] == 2:
+            raise Killed
+
+    out_of = lambda cid: str(tmp_path / "killed" / cid)  # noqa: E731
+    with pytest.raises(Killed):
+        run_cells_packed(todo, out_of, "mini", executor="batched", device="cpu", progress=kill)
+    assert (tmp_path / "killed" / todo[0].cell_id / PACK_CHECKPOINT).exists()
+    assert not any((tmp_path / "killed" / c.cell_id / "metrics.json").exists() for c in todo)
+    events = []
+    resumed = run_cells_packed(todo, out_of, "mini", executor="batched", device="cpu",
+                               progress=lambda cid, ev: events.append((cid, ev["event"], ev.get("epoch"))))
+    assert {(c.cell_id, "resumed", 3) for c in todo} <= set(events)
+    for c in todo:  # the same machine and process: a resumed run ends with the uninterrupted run's metrics
+        assert resumed[c.cell_id]["final"] == whole[c.cell_id]["final"]
+        assert resumed[c.cell_id]["identity"] == whole[c.cell_id]["identity"]
+    assert not (tmp_path / "killed" / todo[0].cell_id / PACK_CHECKPOINT).exists()
