@@ -319,3 +319,15 @@ def test_a_packed_job_killed_halfway_resumes_every_cell_from_its_checkpoint(tmp_
         assert resumed[c.cell_id]["final"] == whole[c.cell_id]["final"]
         assert resumed[c.cell_id]["identity"] == whole[c.cell_id]["identity"]
     assert not (tmp_path / "killed" / todo[0].cell_id / PACK_CHECKPOINT).exists()
+
+
+def test_a_pack_whose_data_is_missing_reports_each_cell_and_goes_on(tmp_path):
+    from lpdl_core.pipeline.cells import cells_by_id, load_cells
+    from lpdl_core.pipeline.runpack import run_cells_packed
+
+    cells = cells_by_id(load_cells())
+    todo = [cells[i] for i in ("t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32")]
+    out = run_cells_packed(todo, lambda cid: str(tmp_path / "runs" / cid), "paper", device="cpu",
+                           data_root=str(tmp_path / "no-data"), offline=True)
+    assert set(out) == {c.cell_id for c in todo}
+    assert all(isinstance(e, Exception) and "cifar10" in str(e).lower() for e in out.values()), out

@@ -57,8 +57,11 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
             continue
         if done is not None:
             out[cell.cell_id] = done
-        else:
+            continue
+        try:
             pending.append((cell, plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root), ident))
+        except (LpdlError, ValueError) as e:
+            out[cell.cell_id] = e
     if not pending:
         return out
     resolve_device(device)
@@ -69,8 +72,12 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
     for items in groups.values():
         plan0 = items[0][1]
         key = (plan0.dataset, repr(sorted(plan0.dataset_kwargs.items())))
-        if key not in splits:
-            splits[key] = load_dataset(plan0.dataset, offline=offline, **plan0.dataset_kwargs)
+        try:
+            if key not in splits:
+                splits[key] = load_dataset(plan0.dataset, offline=offline, **plan0.dataset_kwargs)
+        except (LpdlError, OSError, ValueError) as e:  # e.g. a dataset that is not there (offline)
+            out.update({item[0].cell_id: e for item in items})
+            continue
         split = splits[key]
         by_batches: dict[tuple, list] = {}
         for item in items:
