@@ -48,7 +48,7 @@ def evaluate_cells(sim, cells: list[int], x: torch.Tensor, y: torch.Tensor, batc
                    transform=None) -> list[Evaluation]:
     """`evaluate` for the listed cells of a pack (engine/packed.py), each on its own rows: the
     same numbers as the cell's solo run (one pass over the test set for all of them)."""
-    averages = [(sim.cell_average(k), sim.cell_average_buffers(k)) for k in cells]
+    averages = [(sim.cell_average(k), sim.average_buffers(sim.rows_of[k])) for k in cells]
     correct, loss_sum, avg_correct = _count(sim, x, y, batch_size, transform, averages, slice(0, len(x)))
     out = []
     for k, avg in zip(cells, avg_correct):
@@ -56,7 +56,7 @@ def evaluate_cells(sim, cells: list[int], x: torch.Tensor, y: torch.Tensor, batc
         acc = (100.0 * correct[rows] / len(x)).tolist()
         out.append(Evaluation(node_acc=tuple(acc), mean_acc=sum(acc) / len(acc),
                               avg_model_acc=float(100.0 * avg / len(x)),
-                              consensus_distance=sim.cell_consensus_distance(k),
+                              consensus_distance=sim.consensus_distance(sim.rows_of[k]),
                               mean_loss=float(loss_sum[rows].mean() / len(x))))
     return out
 

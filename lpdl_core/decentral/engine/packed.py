@@ -32,7 +32,7 @@ from ..compress import REGISTRY as COMPRESSORS, message_bytes
 from ..layout import node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
-from .simulator import EngineCfg, Simulator
+from .simulator import EngineCfg, Simulator, restored
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,22 +124,11 @@ class PackedSimulator(Simulator):
         states = algo["members"]
         if len(states) != len(self.members):
             raise ValueError(f"checkpoint holds {len(states)} cells, this pack {len(self.members)}")
-        return tuple(type(s)(**{k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in d.items()})
-                     for s, d in zip(self.algo_state, states))
+        return tuple(restored(s, d, own) for s, d in zip(self.algo_state, states))
 
-    # ---- one cell's view
     def cell_average(self, k: int) -> torch.Tensor:
         """z̄ of cell k: the mean of its rows of z, shape (d,)."""
         return self.z[self.rows_of[k]].mean(0)
-
-    def cell_average_buffers(self, k: int) -> dict[str, torch.Tensor]:
-        rows = self.rows_of[k]
-        return {name: b[rows].mean(0) if b.is_floating_point() else b[rows][0]
-                for name, b in self.executor.stacked_buffers().items()}
-
-    def cell_consensus_distance(self, k: int) -> float:
-        z = self.z[self.rows_of[k]]
-        return float(((z - z.mean(0)) ** 2).sum(1).mean().sqrt())
 
 
 def check_packable(members: list[PackMember], engine: EngineCfg) -> None:

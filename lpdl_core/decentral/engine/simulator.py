@@ -226,7 +226,7 @@ class Simulator:
         return dict(self.algo_state._asdict())
 
     def _load_algo_state(self, algo: dict, own: Callable):
-        return type(self.algo_state)(**{k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in algo.items()})
+        return restored(self.algo_state, algo, own)
 
     # ---- across the nodes: this process holds all n rows; a NodeProcess (one row) overrides
     # these with collectives, so training and evaluation code is the same for both
@@ -256,10 +256,10 @@ class Simulator:
         """Each process's seconds per step by phase; None here (nothing crosses a wire)."""
         return None
 
-    def average_buffers(self) -> dict[str, torch.Tensor]:
-        """The averaged model's buffers: the node average of floating buffers (activation ranges,
-        running statistics); integer counters from node 0."""
-        return {k: b.mean(0) if b.is_floating_point() else b[0]
+    def average_buffers(self, rows: slice = slice(None)) -> dict[str, torch.Tensor]:
+        """The averaged model's buffers over `rows` (default all): the node average of floating
+        buffers (activation ranges, running statistics); integer counters from the first row."""
+        return {k: b[rows].mean(0) if b.is_floating_point() else b[rows][0]
                 for k, b in self.executor.stacked_buffers().items()}
 
     @property
@@ -267,6 +267,12 @@ class Simulator:
         """The parameter-averaged de-biased model z̄ = (1/n) Σ_i z_i, shape (d,)."""
         return self.z.mean(0)
 
-    def consensus_distance(self) -> float:
-        """Ξ = sqrt((1/n) Σ_i ||z_i − z̄||²) (Kong et al. 2021)."""
-        return float(((self.z - self.average) ** 2).sum(1).mean().sqrt())
+    def consensus_distance(self, rows: slice = slice(None)) -> float:
+        """Ξ = sqrt((1/n) Σ_i ||z_i − z̄||²) over `rows` (default all) (Kong et al. 2021)."""
+        z = self.z[rows]
+        return float(((z - z.mean(0)) ** 2).sum(1).mean().sqrt())
+
+
+def restored(template, fields: dict, own: Callable):
+    """An algorithm state of template's type from a checkpoint's fields (tensors through own)."""
+    return type(template)(**{k: (own(v) if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
