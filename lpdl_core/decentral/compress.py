@@ -84,6 +84,11 @@ class CompressorCfg:
         return REGISTRY[self.kind].identity_when(self)
 
     @property
+    def is_random(self) -> bool:
+        """True when C draws random numbers (a random kind that is not the identity here)."""
+        return REGISTRY[self.kind].random and not self.is_identity
+
+    @property
     def qsgd_s(self) -> int:
         """QSGD's number of non-zero levels s = 2**level - 1."""
         return 2 ** self.qsgd_level - 1

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ..algorithms.base import GossipCfg, Round
-from ..compress import REGISTRY as COMPRESSORS, message_bytes
+from ..compress import message_bytes
 from ..layout import node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
@@ -144,9 +144,8 @@ def check_packable(members: list[PackMember], engine: EngineCfg) -> None:
     if len(algos) > 1:
         raise ValueError(f"the cells of a pack need the same algorithm, got {', '.join(algos)}")
     for m in members:
-        c = m.gossip.compressor
-        if COMPRESSORS[c.kind].random and not c.is_identity:
-            raise ValueError(f"a pack needs deterministic compressors (identity or topk), got {c.kind!r}")
+        if m.gossip.compressor.is_random:
+            raise ValueError(f"a pack needs deterministic compressors (identity or topk), got {m.gossip.compressor.kind!r}")
     first = members[0].gossip
     for m in members[1:]:
         if (m.gossip.choco_form, m.gossip.choco_replicas) != (first.choco_form, first.choco_replicas):
