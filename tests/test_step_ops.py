@@ -108,11 +108,12 @@ def test_fused_weight_quantizers_leave_the_8bit_step_bitwise_unchanged(ranges_as
 
 # Operators of one batched ResNet-20 step (independent of node count and batch size: vmap runs each
 # operator once for all nodes). 8-bit / FP: 4.48 before the weight quantizers were fused and the
-# ranges pre-shaped, 2.98 after. The goal of 2.0 needs fused kernels; this holds the gain.
-LP_OVER_FP_OPS_CEILING = 3.0
+# ranges pre-shaped, 2.98 after, 2.84 with the activation ranges kept at the input's rank. The goal
+# of 2.0 needs fused kernels; this holds the gain.
+LP_OVER_FP_OPS_CEILING = 2.9
 
 
-def test_the_eager_8bit_step_dispatches_at_most_3x_the_fp_steps_operators():
+def test_the_eager_8bit_step_dispatches_at_most_2_9x_the_fp_steps_operators():
     x, y = _batch(8)
     fp, lp = (step_op_counts(_sim(p, n=8), x, y) for p in ("fp32", "int8"))
     assert lp["aten_ops"] <= LP_OVER_FP_OPS_CEILING * fp["aten_ops"], (lp, fp)

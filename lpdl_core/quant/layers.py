@@ -52,13 +52,15 @@ class QuantMeasure(nn.Module):
         if self.training:
             with torch.no_grad():
                 # per-sample min and max (amin and amax: aminmax(dim=1), one op, measured 10x
-                # slower on the CPU), their batch means shaped (1,) as the running range (fewer
-                # ops under vmap, same arithmetic)
-                flat = x.detach().flatten(1)
-                x_min, x_max = flat.amin(1).mean().reshape(1), flat.amax(1).mean().reshape(1)
+                # slower on the CPU) and their batch means, kept at x's rank (1, ..., 1) so that no
+                # op re-views them: min and max are exact, and the mean of a (B, 1, ..., 1) tensor
+                # over dim 0 reduces the same B values in the same order as that of a (B,) tensor
+                rest = tuple(range(1, x.dim()))
+                x_min = x.amin(rest, keepdim=True).mean(0, keepdim=True)
+                x_max = x.amax(rest, keepdim=True).mean(0, keepdim=True)
                 m = self.qcfg.momentum
-                self.running_min.mul_(m).add_(x_min * (1 - m))
-                self.running_max.mul_(m).add_(x_max * (1 - m))
+                self.running_min.mul_(m).add_(x_min.view(1) * (1 - m))
+                self.running_max.mul_(m).add_(x_max.view(1) * (1 - m))
             rounding = self.qcfg.act_rounding
         else:
             x_min, x_max = self.running_min, self.running_max

@@ -152,8 +152,8 @@ def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
     or broadcastable to x (e.g. per-sample ranges). The arithmetic is the official (Banner et
     al.'s) in-place sequence: add(-min).div(s), [+ noise], clamp, round, mul(s).add(min).
     """
-    if x_min is None or x_max is None:
-        lo, hi = torch.aminmax(x.detach())
+    if x_min is None or x_max is None:  # at x's rank (keepdim), so no op re-views them
+        lo, hi = torch.aminmax(x.detach() if x.requires_grad else x, keepdim=True)
         x_min = lo if x_min is None else x_min
         x_max = hi if x_max is None else x_max
     x_min, x_max = _rank_of(x_min, x), _rank_of(x_max, x)
