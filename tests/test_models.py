@@ -208,3 +208,88 @@ def test_model_table():
     assert len(lines) == 2 + len(rows)
     assert len({len(line) for line in lines}) == 1  # aligned
     assert "11,186,556" in text and "0.27M" in text
+
+
+# ------------------------------------------- Figure 1's nets against the official CIFAR ResNet
+
+class _OfficialBlock(nn.Module):
+    """The official `BasicBlock` (github.com/aparna-aketi/Low_Precision_DL,
+    quantized_training/resnet.py), transcribed: conv-norm-[ReLU]-conv-norm, += shortcut, [ReLU];
+    the ReLUs only when 'evo' is not in the norm type."""
+
+    def __init__(self, cin, cout, stride, make, relu):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = make(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = make(cout)
+        self.downsample = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), make(cout))
+        self.relu = relu
+
+    def forward(self, x):
+        out = self.bn1(self.conv1(x))
+        out = torch.relu(out) if self.relu else out
+        out = self.bn2(self.conv2(out))
+        out += x if self.downsample is None else self.downsample(x)
+        return torch.relu(out) if self.relu else out
+
+
+class _OfficialResNetCifar(nn.Module):
+    """The official `ResNet_cifar10` (same file) for depth 20: stem conv-norm-[ReLU], three stages
+    of 16/32/64 channels, AvgPool2d(8), Linear(64, 10). Parameter names match lpdl's."""
+
+    def __init__(self, norm_type):
+        super().__init__()
+        from lpdl_core.quant.norms import EvoNormS0
+        make = {"batchnorm": nn.BatchNorm2d, "groupnorm": lambda c: nn.GroupNorm(2, c),
+                "evonorm": EvoNormS0}[norm_type]
+        self.relu = "evo" not in norm_type
+        self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False), make(16)
+        cin, stages = 16, []
+        for cout, stride in ((16, 1), (32, 2), (64, 2)):
+            stages.append(nn.Sequential(*[_OfficialBlock(cin if i == 0 else cout, cout, stride if i == 0 else 1,
+                                                         make, self.relu) for i in range(3)]))
+            cin = cout
+        self.layer1, self.layer2, self.layer3 = stages
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = self.bn1(self.conv1(x))
+        x = torch.relu(x) if self.relu else x
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(nn.functional.avg_pool2d(x, 8).flatten(1))
+
+
+@pytest.mark.parametrize("norm,official", [("bn", "batchnorm"), ("gn", "groupnorm"), ("evonorm", "evonorm")])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_figure1_resnets_equal_the_official_net_with_shared_weights(norm, official, mode):
+    """Figure 1's BatchNorm, GroupNorm and EvoNorm ResNet-20s give the official net's logits with
+    the same weights (random norm affines, so no γ = 1 / β = 0 hides a misplaced ReLU). Both run
+    the same PyTorch operators on the same values in the same order (the residual add's operands
+    are swapped, and float addition is commutative), so they agree to float32 rounding; 1e-5 leaves
+    room for a convolution algorithm chosen differently per call. A ReLU before the add or in the
+    shortcut moved the BN logits by up to 3.9."""
+    torch.manual_seed(0)
+    ours = build_model("resnet20", precision="fp32", norm=norm)
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if "bn" in name or "downsample.1" in name:
+                p.copy_(torch.randn_like(p) * 0.5 + (1.0 if name.endswith("weight") else 0.0))
+    theirs = _OfficialResNetCifar(official)
+    assert sorted(theirs.state_dict()) == sorted(ours.state_dict())
+    theirs.load_state_dict(ours.state_dict())
+    getattr(ours, mode)(), getattr(theirs, mode)()
+    x = torch.randn(8, 3, 32, 32)
+    with torch.no_grad():
+        want, got = theirs(x), ours(x)
+    assert (got - want).abs().max() <= 1e-5 * max(1.0, want.abs().max()), (got - want).abs().max()
+
+
+def test_mobilenetv2_bn_keeps_the_linear_bottleneck():
+    """With a ReLU kind, MobileNetV2's project norm and shortcut norm have no ReLU, as the
+    official `Block_m`; the expand and depthwise norms (and stem and head) do."""
+    m = build_model("mobilenetv2", precision="fp32", norm="bn")
+    block = next(b for b in m.layers if not isinstance(b.shortcut, nn.Identity))
+    assert block.bn1.relu and block.bn2.relu and m.bn1.relu and m.bn2.relu
+    assert not block.bn3.relu and not block.shortcut[1].relu

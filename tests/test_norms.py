@@ -480,3 +480,22 @@ def test_range_evonorm_fp_gates_differ():
     # |σ(t) − hardsigmoid(t)| peaks at 0.069 at |t| ≈ 1.32, scaled by |x|·s·γ at the output: the
     # gates differ by orders of magnitude more than float32 rounding (measured 0.35 here).
     assert diff > 2e-2
+
+
+@pytest.mark.parametrize("kind", NORMS)
+def test_act_false_drops_only_a_separate_relu(kind):
+    """act=False is the ReLU kinds' norm alone (negative outputs survive); the EvoNorm kinds' gate
+    is the norm, so they are unchanged; only the ReLU kinds get a ReLU after a residual add."""
+    from lpdl_core.quant.norms import RELU_KINDS, trunk_activation
+    qcfg = QC if kind == "range-evonorm" else None
+    torch.manual_seed(0)
+    with_act, without = make_norm(kind, 16, qcfg=qcfg), make_norm(kind, 16, qcfg=qcfg, act=False)
+    without.load_state_dict(with_act.state_dict())
+    x = torch.randn(4, 16, 8, 8)
+    a, b = with_act(x), without(x)
+    if kind in RELU_KINDS:
+        assert b.min() < 0 and torch.equal(a, torch.relu(b))
+        assert isinstance(trunk_activation(kind), torch.nn.ReLU) and "relu=False" in repr(without)
+    else:
+        assert torch.equal(a, b)
+        assert trunk_activation(kind) is None

@@ -8,7 +8,9 @@ counts', gives its count):
   second row's stride 2 -> 1 for CIFAR; 1x1 conv 320 -> 1280; avg-pool 4; FC 1280 -> classes.
 - Each block is expand 1x1 - norm - depthwise 3x3(s) - norm - project 1x1 - norm (the expansion
   conv exists even for t = 1). A norm follows every conv and carries the nonlinearity
-  (EvoNorm-S0 / Range EvoNorm; no ReLU6).
+  (EvoNorm-S0 / Range EvoNorm; no ReLU6). With the ReLU kinds (BN, GN, Range BN) the project
+  conv's norm and the shortcut's norm have no ReLU (the linear bottleneck, as the official
+  `Block_m`); the stem, expand, depthwise and head norms do.
 - Stride-1 blocks add a shortcut: identity when in == out, else a 1x1 conv + norm; stride-2
   blocks have none. This gives the official 2,314,466 FP parameters (2,254,858 without the
   four 1x1 shortcut convs).
@@ -56,12 +58,12 @@ class Block(nn.Module):
         self.conv2 = make_conv(mid, mid, 3, stride=stride, padding=1, groups=mid, qcfg=qcfg)
         self.bn2 = make_norm(norm, mid, qcfg=qcfg)
         self.conv3 = make_conv(mid, out_ch, 1, qcfg=qcfg)
-        self.bn3 = make_norm(norm, out_ch, qcfg=qcfg)
+        self.bn3 = make_norm(norm, out_ch, qcfg=qcfg, act=False)  # linear bottleneck
         self.shortcut = nn.Identity()
         if stride == 1 and in_ch != out_ch:
             conv = nn.Conv2d(in_ch, out_ch, 1, bias=False) if qcfg is None else \
                 QConv2dFloatGrad(in_ch, out_ch, 1, bias=False, qcfg=qcfg)
-            self.shortcut = nn.Sequential(conv, make_norm(norm, out_ch, qcfg=qcfg))
+            self.shortcut = nn.Sequential(conv, make_norm(norm, out_ch, qcfg=qcfg, act=False))
         self.add = Add()  # official: plain `out + shortcut(x)` at both precisions
 
     def forward(self, x):

@@ -9,6 +9,9 @@ differently' and 'Models and parameter counts'):
   a 1x1 conv + norm projection shortcut (option B) only where the shape changes.
 - Every norm carries its own nonlinearity (EvoNorm-S0 / Range EvoNorm), so there is no ReLU in
   the trunk: conv-norm-conv-norm, then the residual add (8-bit `QAdd` at LP).
+- With the ReLU kinds (BatchNorm, GroupNorm, Range BN: Figure 1's comparison) the block is He et
+  al.'s, as the official `BasicBlock`: conv-norm-ReLU-conv-norm, a shortcut norm without ReLU, and
+  a ReLU after the residual add (`quant.norms.trunk_activation`); the stem is conv-norm-ReLU.
 - Conv weights ~ N(0, sqrt(2 / (k^2 C_out))) at both precisions. FP: every norm gamma = 1,
   PyTorch's default Linear init for the classifier. LP (`init_modelq`): each block's LAST norm
   gamma = 0 (zero-init residual branch), the other norms gamma = 1, classifier W ~ N(0, 0.01), b = 0.
@@ -26,7 +29,7 @@ import math
 from torch import nn
 
 from ..quant.layers import make_add, make_conv, make_linear
-from ..quant.norms import make_norm
+from ..quant.norms import make_norm, trunk_activation
 from ..config import PRECISIONS
 from ..quant.quantizer import QuantCfg
 
@@ -50,8 +53,9 @@ def resolve_precision(precision: str, norm: str | None, qcfg: QuantCfg | None) -
 class BasicBlock(nn.Module):
     """conv3x3(stride) - norm - conv3x3 - norm, plus an identity or 1x1-conv + norm shortcut.
 
-    The norms include the nonlinearity (official EvoNorm models have no ReLU in the trunk),
-    also the norm before the add and the one in the shortcut.
+    EvoNorm kinds: every norm includes its gate (official EvoNorm models have no ReLU), also the
+    norm before the add and the one in the shortcut. ReLU kinds (bn, gn, range-bn): the ReLU
+    follows the first norm and the residual add, none the second norm or the shortcut's.
     """
 
     def __init__(self, in_ch: int, out_ch: int, stride: int, norm: str, qcfg: QuantCfg | None):
@@ -60,17 +64,20 @@ class BasicBlock(nn.Module):
         self.conv1 = make_conv(in_ch, out_ch, 3, stride=stride, padding=1, qcfg=qcfg)
         self.bn1 = make_norm(norm, out_ch, qcfg=qcfg)
         self.conv2 = make_conv(out_ch, out_ch, 3, padding=1, qcfg=qcfg)
-        self.bn2 = make_norm(norm, out_ch, qcfg=qcfg)  # the block's last norm (gamma = 0 at LP)
+        # the block's last norm (gamma = 0 at LP); no ReLU after it with the ReLU kinds
+        self.bn2 = make_norm(norm, out_ch, qcfg=qcfg, act=False)
         self.downsample = None
         if stride != 1 or in_ch != out_ch:  # option B: project only where the shape changes
             self.downsample = nn.Sequential(make_conv(in_ch, out_ch, 1, stride=stride, qcfg=qcfg),
-                                            make_norm(norm, out_ch, qcfg=qcfg))
+                                            make_norm(norm, out_ch, qcfg=qcfg, act=False))
         self.add = make_add(qcfg)  # official `Qsum` at LP: both inputs 8-bit
+        self.relu = trunk_activation(norm)  # ReLU after the add (ReLU kinds), else None
 
     def forward(self, x):
         out = self.bn2(self.conv2(self.bn1(self.conv1(x))))
         residual = x if self.downsample is None else self.downsample(x)
-        return self.add(residual, out)
+        out = self.add(residual, out)
+        return out if self.relu is None else self.relu(out)
 
 
 def make_stage(in_ch: int, out_ch: int, blocks: int, stride: int, norm: str,

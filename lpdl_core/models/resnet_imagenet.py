@@ -4,8 +4,9 @@ Follows `quantized_training/resnet.py::ResNet_imagenet` (FP) and
 `resnet_quantized.py::ResNet_imagenetq` (LP) with BasicBlock layers [2, 2, 2, 2]
 (docs/paper-vs-code.md, 'Models and parameter counts'): 7x7/2 stem conv + norm, 3x3/2 max-pool,
 stages 64/128/256/512 with 1x1 conv + norm projections where the shape changes, avg-pool 7,
-FC 512 -> classes. The norms carry the nonlinearity (no ReLU anywhere), and the FP/LP init rules
-are those of the CIFAR ResNet (`init_resnet`). 11,186,442 FP parameters; 11,186,556 LP with the
+FC 512 -> classes. The EvoNorm kinds carry the nonlinearity (no ReLU anywhere); with the ReLU
+kinds (BN, GN, Range BN) the blocks put it where the CIFAR ResNet's `BasicBlock` does. The FP/LP
+init rules are those of the CIFAR ResNet (`init_resnet`). 11,186,442 FP parameters; 11,186,556 LP with the
 official QuantMeasure scalars (Table 1: 11.2M).
 """
 from __future__ import annotations

@@ -11,8 +11,11 @@ batch statistics diverge.
 
 Every kind returned by :func:`make_norm` **contains its nonlinearity** (EvoNorm's x·σ(v·x) gate;
 a ReLU after BN/GN/Range BN), so all kinds are drop-in replacements for one another and models
-put no separate activation after a norm. Every kind exposes γ as ``.weight`` ((1, C, 1, 1) for
-the EvoNorms, (C,) for the BN/GN kinds), which models set to 0 on a residual branch's last norm.
+put no separate activation after a norm. Where a ResNet has a norm without ReLU (a residual
+branch's last norm, the shortcut's) the ReLU kinds are built with act=False, and the ReLU
+follows the residual add instead (`trunk_activation`; official `resnet.py` BasicBlock). Every
+kind exposes γ as ``.weight`` ((1, C, 1, 1) for the EvoNorms, (C,) for the BN/GN kinds), which
+models set to 0 on a residual branch's last norm.
 
 All ops are plain tensor ops (no .item(), no Python floats taken from tensors), so a forward runs
 under ``torch.func.vmap(functional_call)`` over stacked node parameters. Layers with running
@@ -212,20 +215,51 @@ class RangeEvoNorm(OwnRangeParams, nn.Module):
 
 
 class BatchNormAct(nn.BatchNorm2d):
-    """nn.BatchNorm2d then ReLU (same parameters/buffers as BatchNorm2d: .weight is γ)."""
+    """nn.BatchNorm2d then ReLU (same parameters/buffers as BatchNorm2d: .weight is γ);
+    relu=False: the norm alone (where a ResNet's BN has no ReLU after it)."""
+
+    def __init__(self, num_features: int, *, relu: bool = True):
+        super().__init__(num_features)
+        self.relu = relu
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ("" if self.relu else ", relu=False")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(super().forward(x))
+        y = super().forward(x)
+        return F.relu(y) if self.relu else y
 
 
 class GroupNormAct(nn.GroupNorm):
-    """nn.GroupNorm (official: 2 groups) then ReLU; .weight is γ."""
+    """nn.GroupNorm (official: 2 groups) then ReLU; .weight is γ; relu=False: the norm alone."""
 
-    def __init__(self, num_features: int, groups: int = 2, eps: float = 1e-5):
+    def __init__(self, num_features: int, groups: int = 2, eps: float = 1e-5, *, relu: bool = True):
         super().__init__(groups, num_features, eps=eps)
+        self.relu = relu
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ("" if self.relu else ", relu=False")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(super().forward(x))
+        y = super().forward(x)
+        return F.relu(y) if self.relu else y
+
+
+# Kinds whose nonlinearity is a ReLU after the norm, as in He et al.'s ResNet and the official
+# BN/GN models: there a residual branch's last norm and the shortcut's norm have none, and the
+# ReLU follows the residual add (`trunk_activation`). The EvoNorm kinds' gate is the norm itself
+# (official EvoNorm models have no ReLU anywhere).
+RELU_KINDS = ("range-bn", "bn", "gn")
+
+
+def _kind(kind: str | NormSpec) -> str:
+    return kind.kind if isinstance(kind, NormSpec) else kind
+
+
+def trunk_activation(kind: str | NormSpec) -> nn.Module | None:
+    """The nonlinearity after a residual add for this norm kind: a ReLU for RELU_KINDS, else None
+    (no module, so the EvoNorm models' architecture, which checkpoints record, is unchanged)."""
+    return nn.ReLU() if _kind(kind) in RELU_KINDS else None
 
 
 # full-precision-only kinds -> the 8-bit kind to suggest instead
@@ -233,9 +267,12 @@ _FP_ONLY = {"evonorm": "range-evonorm", "range-evonorm-fp": "range-evonorm",
             "bn": "range-bn", "gn": "range-bn"}
 
 
-def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None = None) -> nn.Module:
+def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None = None,
+              act: bool = True) -> nn.Module:
     """Norm + nonlinearity of one kind (see NORMS), for full precision (qcfg None) or 8 bits;
     a :class:`NormSpec` kind also names the Range EvoNorm gate (default: the hard sigmoid).
+    act=False leaves out the ReLU of the RELU_KINDS (a residual branch's last norm, a shortcut's
+    norm, MobileNetV2's linear bottleneck); the EvoNorm kinds keep their gate either way.
 
     ========================  ==========================================  =========
     kind                      module                                      precision
@@ -248,9 +285,9 @@ def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None 
     ``gn``                    GroupNormAct (GroupNorm, 2 groups, + ReLU)  FP only
     ========================  ==========================================  =========
 
-    Every kind includes its nonlinearity (norm_has_activation is always true), so none is
-    followed by a ReLU in the models. A precision mismatch raises rather than silently building
-    a full-precision norm into an 8-bit model (or the reverse).
+    Every kind includes its nonlinearity unless act=False, so no norm is followed by a separate
+    ReLU in the models; only a residual add is (`trunk_activation`). A precision mismatch raises
+    rather than silently building a full-precision norm into an 8-bit model (or the reverse).
     """
     spec = kind if isinstance(kind, NormSpec) else NormSpec(kind)
     kind, gate = spec.kind, spec.gate
@@ -269,7 +306,7 @@ def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None 
     if kind == "range-evonorm-fp":
         return RangeEvoNorm(num_features, qcfg=None, activation=gate)
     if kind == "range-bn":
-        return RangeBNAct(num_features, qcfg=qcfg)
+        return RangeBNAct(num_features, qcfg=qcfg, relu=act)
     if kind == "bn":
-        return BatchNormAct(num_features)
-    return GroupNormAct(num_features)
+        return BatchNormAct(num_features, relu=act)
+    return GroupNormAct(num_features, relu=act)

@@ -113,7 +113,16 @@ class RangeBatchNorm2d(nn.Module):
 
 
 class RangeBNAct(RangeBatchNorm2d):
-    """RangeBatchNorm2d then ReLU (a drop-in for the activation-carrying EvoNorms)."""
+    """RangeBatchNorm2d then ReLU (a drop-in for the activation-carrying EvoNorms);
+    relu=False: the norm alone."""
+
+    def __init__(self, num_features: int, *, relu: bool = True, **kwargs):
+        super().__init__(num_features, **kwargs)
+        self.relu = relu
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ("" if self.relu else ", relu=False")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(super().forward(x))
+        y = super().forward(x)
+        return F.relu(y) if self.relu else y
