@@ -92,6 +92,11 @@ FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
     "bytes_metric": ("exact", "legacy"),
     "cell_settings": ("paper", "run.sh"),
     "final_rounds": ("gossip-only", "train-forward"),
+    "crop_sampling": ("log-uniform", "uniform-swap"),
+    "epoch_test": ("after-gossip", "before-last-gossip"),
+    "final_round_limit": ("cell", "epoch-batches"),
+    "final_trailing_forward": (False, True),
+    "test_batch": (1024, 64),
 }
 # one switch for the whole set: "paper" (every default) or "official" (every official-code value)
 FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
@@ -121,6 +126,19 @@ class Fidelity:
     final_rounds: "gossip-only" (the final gossip rounds only mix) | "train-forward" (official:
         each final round first runs a train-mode forward and backward on a batch, with no
         optimizer step, updating activation ranges and normalization statistics).
+    crop_sampling: how RandomResizedCrop draws a training crop's aspect ratio (Imagenette):
+        "log-uniform" (current torchvision, the standard augmentation the paper names) |
+        "uniform-swap" (the official code's torchvision 0.2.1: uniform in [3/4, 4/3], width and
+        height swapped half the time).
+    epoch_test: "after-gossip" (each epoch's test after its last gossip round) |
+        "before-last-gossip" (official: the epoch's last transfer is applied at the next forward).
+    final_round_limit: "cell" (the cell's final_gossip_rounds) | "epoch-batches" (official: at most
+        L − 1, L the batches per epoch; 50 on CIFAR, 36 on Imagenette, fewer in the mini profile).
+    final_trailing_forward: False | True (official: after the train-forward final rounds, one more
+        train-mode forward whose gossip is never applied, so the test sees activation ranges
+        0.1 gossiped + 0.9 local).
+    test_batch: 1024 (lpdl's evaluation batch; the text gives none) | 64 (official). 8-bit Range
+        EvoNorm quantizes per-sample scales over the batch, so 8-bit accuracy depends on it.
     """
 
     quant_ranges: str = "buffers"
@@ -131,6 +149,11 @@ class Fidelity:
     bytes_metric: str = "exact"
     cell_settings: str = "paper"
     final_rounds: str = "gossip-only"
+    crop_sampling: str = "log-uniform"
+    epoch_test: str = "after-gossip"
+    final_round_limit: str = "cell"
+    final_trailing_forward: bool = False
+    test_batch: int = 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -139,6 +162,9 @@ class Fidelity:
             if not any(type(value) is type(a) and value == a for a in allowed):
                 raise ConfigError(f"fidelity {f.name}: {value!r} is not one of "
                                   f"{', '.join(_show(a) for a in allowed)}")
+        if self.final_trailing_forward and self.final_rounds != "train-forward":
+            raise ConfigError("fidelity final_trailing_forward: true needs final_rounds: train-forward "
+                              "(the trailing forward is the last of the forward rounds)")
 
     def as_dict(self) -> dict:
         return asdict(self)

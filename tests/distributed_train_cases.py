@@ -37,14 +37,18 @@ def cnn_int8() -> nn.Module:
 MODELS = {"fp32": cnn_fp32, "int8": cnn_int8}
 RUNS = {
     # CHOCO with top-k on the time-varying graph (catch-up), final gossip rounds; 8-bit: DS on the
-    # directed ring with the replayed noise stream and train-forward final rounds
+    # directed ring with the replayed noise stream and the official protocol (train-forward final
+    # rounds, at most L − 1 of them, the trailing forward, the epoch test before its last gossip,
+    # test batch 64)
     "choco-tv-fp32": dict(model="fp32", graph="time-varying-exponential",
                           gossip=GossipCfg(algorithm="choco", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.9)),
                           run=RunCfg(epochs=3, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3)),
     "ds-dring-int8": dict(model="int8", graph="directed-ring",
                           gossip=GossipCfg(algorithm="ds", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.5)),
                           run=RunCfg(epochs=3, batch_size=16, lr=0.05, skew=0.4, final_gossip_rounds=2,
-                                     final_rounds="train-forward")),
+                                     final_rounds="train-forward", final_round_limit="epoch-batches",
+                                     final_trailing_forward=True, epoch_test="before-last-gossip",
+                                     test_batch=64)),
 }
 
 

@@ -126,8 +126,14 @@ def test_what_cannot_share_a_pack_is_refused_in_one_line():
                    optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"))
 
 
-def runs(epochs: int = 2) -> list[PackedRun]:
-    run = RunCfg(epochs=epochs, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3)
+# the official trainer's protocol (Fidelity's epoch_test, final_rounds, final_round_limit,
+# final_trailing_forward, test_batch), which a pack runs through the same helpers as a solo run
+OFFICIAL_PROTOCOL = dict(epoch_test="before-last-gossip", final_rounds="train-forward",
+                         final_round_limit="epoch-batches", final_trailing_forward=True, test_batch=64)
+
+
+def runs(epochs: int = 2, **protocol) -> list[PackedRun]:
+    run = RunCfg(epochs=epochs, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3, **protocol)
     return [
         PackedRun(topology=Topology(name="directed-ring", n=N), run=dataclasses.replace(run, partition_seed=1),
                   gossip=GossipCfg(algorithm="choco", eta=0.5, compressor=TOPK(0.9))),
@@ -149,11 +155,12 @@ def assert_same_run(packed, solo, rtol: float) -> None:
         assert math.isclose(packed.final[key], solo.final[key], rel_tol=rtol), key
 
 
-def test_each_packed_cell_equals_its_solo_run():
+@pytest.mark.parametrize("protocol", [{}, OFFICIAL_PROTOCOL], ids=["paper", "official-protocol"])
+def test_each_packed_cell_equals_its_solo_run(protocol):
     split = subset(load_dataset("digits"), 512, 128)
     opt, engine = OptimCfg(momentum="qgm"), EngineCfg(device="cpu", executor="batched")
-    packed = train_pack(small_cnn, split, runs(), optim_cfg=opt, engine=engine)
-    for r, p in zip(runs(), packed):
+    packed = train_pack(small_cnn, split, runs(**protocol), optim_cfg=opt, engine=engine)
+    for r, p in zip(runs(**protocol), packed):
         solo = train(small_cnn, split, topology=r.topology, gossip=r.gossip, optim_cfg=opt, run=r.run,
                      engine=dataclasses.replace(engine, seed=r.run.partition_seed))
         assert_same_run(p, solo, rtol=1e-3)

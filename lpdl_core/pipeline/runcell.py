@@ -102,7 +102,10 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         curve_k = CURVE_EVAL_SAMPLES
     run = RunCfg(epochs=epochs, batch_size=batch, lr=lr, schedule=sched, skew=cell.skew,
                  partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
-                 final_rounds=fidelity.final_rounds, curve_eval_samples=curve_k)
+                 final_rounds=fidelity.final_rounds, curve_eval_samples=curve_k,
+                 epoch_test=fidelity.epoch_test, final_round_limit=fidelity.final_round_limit,
+                 final_trailing_forward=fidelity.final_trailing_forward,
+                 test_batch=fidelity.test_batch)
     return Plan(cell_id=paper_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
                 mapping=tuple(mapping), hub_models=hub, make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))

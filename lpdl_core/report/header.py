@@ -44,6 +44,15 @@ FIDELITY_MEANING = {
                       "run.sh": "the official run.sh settings where it ran the cell"},
     "final_rounds": {"gossip-only": "final rounds only gossip",
                      "train-forward": "final rounds run a train-mode forward first (official code)"},
+    "crop_sampling": {"log-uniform": "Imagenette crops with current torchvision's sampling",
+                      "uniform-swap": "Imagenette crops with the official torchvision 0.2.1 sampling"},
+    "epoch_test": {"after-gossip": "each epoch tested after its last gossip",
+                   "before-last-gossip": "each epoch tested before its last gossip (official code)"},
+    "final_round_limit": {"cell": "the cell's final gossip rounds",
+                          "epoch-batches": "at most L - 1 final rounds, L batches per epoch (official code)"},
+    "final_trailing_forward": {False: "no forward after the final rounds",
+                               True: "one train-mode forward after the final rounds (official code)"},
+    "test_batch": {1024: "test batch 1024", 64: "test batch 64 (official code)"},
 }
 
 

@@ -36,11 +36,11 @@ from ..decentral.topology import Topology
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import lr_at, lr_at_step
-from .train import RunCfg, RunResult
+from .train import RunCfg, RunResult, epoch_view, run_final_rounds
 
 # RunCfg fields every cell of a pack shares (the rest, skew and partition_seed, may differ)
 SHARED = ("epochs", "batch_size", "lr", "schedule", "final_gossip_rounds", "final_rounds", "data_on",
-          "curve_eval_samples")
+          "curve_eval_samples", "epoch_test", "final_round_limit", "final_trailing_forward", "test_batch")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,7 +163,9 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
             if run.schedule.per_step:
                 lr = lr_at_step(epoch * iters + it, total, run.lr, run.schedule)
             xb, yb = batch(list(idxs))
+            sim.keep_premix = run.tests_before_gossip(it, iters)
             losses = sim.train_step(xb, yb, lr)
+            sim.keep_premix = False
             loss_sum += losses
             finite = torch.isfinite(losses.view(K, -1)).all(1).tolist()
             for k in range(K):
@@ -177,7 +179,9 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
                 progress({"event": "step", "epoch": epoch, "iteration": it, "iters_per_epoch": iters})
         live = [k for k in range(K) if diverged[k] is None]
         k_eval = run.curve_eval_samples or len(x_te)
-        evs = dict(zip(live, evaluate_cells(sim, live, x_te[:k_eval], y_te[:k_eval].to(dev), transform=to_test)))
+        with epoch_view(sim, run):
+            evs = dict(zip(live, evaluate_cells(sim, live, x_te[:k_eval], y_te[:k_eval].to(dev),
+                                                batch_size=run.test_batch, transform=to_test)))
         rows: list[dict | None] = [None] * K
         for k, ev in evs.items():
             r = sim.rows_of[k]
@@ -203,13 +207,10 @@ def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_t
     run = runs[0].run
     live = [k for k in range(len(runs)) if diverged[k] is None]
     streams = [itertools.chain.from_iterable(s.epoch(e) for e in itertools.count(run.epochs)) for s in samplers]
-    for _ in range(run.final_gossip_rounds if live else 0):
-        if run.final_rounds == "train-forward":
-            sim.forward_round(*batch([next(s) for s in streams]))
-        else:
-            sim.gossip_round()
+    if live:
+        run_final_rounds(sim, run, samplers[0].iters_per_epoch, lambda: batch([next(s) for s in streams]))
     # every cell, a diverged one included (its NaN model, as its solo run evaluates it)
-    finals = evaluate_cells(sim, list(range(len(runs))), x_te, y_te, transform=to_test)
+    finals = evaluate_cells(sim, list(range(len(runs))), x_te, y_te, batch_size=run.test_batch, transform=to_test)
     results = []
     for k, r in enumerate(runs):
         rows = [e["rows"][k] for e in curve if e["rows"][k] is not None]

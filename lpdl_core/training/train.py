@@ -3,6 +3,7 @@ some epochs with per-epoch evaluation, then the official protocol's optional gos
 Returns plain data; the caller decides what to print or write."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -41,6 +42,21 @@ class RunCfg:
     device. Augmentation runs on the training device either way.
     curve_eval_samples: evaluate the per-epoch curve on the first k test samples only (None: all);
     the final evaluation always uses the whole test set.
+
+    The official trainer's protocol, as named options (lpdl_core.config.Fidelity; defaults: the
+    paper's text, or lpdl's choice where the text is silent):
+    epoch_test: "after-gossip" tests each epoch's models after the epoch's last gossip round;
+        "before-last-gossip" before it (official: that transfer is applied at the next forward, and
+        eval() turns gossip off), so per-epoch curves see each node's model one gossip earlier.
+        Training is the same either way.
+    final_round_limit: "cell" runs final_gossip_rounds; "epoch-batches" at most L − 1 of them,
+        L the batches per epoch (official: the final rounds loop over one epoch's batches).
+    final_trailing_forward: after the final rounds, one more train-mode forward and backward
+        whose gossip is never applied (official: the loop's last transfer is never applied), so
+        activation ranges and BN statistics end one local update past the last gossip
+        ("train-forward" final rounds only).
+    test_batch: samples per evaluation batch (official 64). 8-bit Range EvoNorm quantizes its
+        per-sample scales over the batch, so 8-bit accuracy depends on it.
     """
 
     epochs: int
@@ -53,6 +69,10 @@ class RunCfg:
     final_rounds: Literal["gossip-only", "train-forward"] = "gossip-only"
     data_on: Literal["device", "host"] = "device"
     curve_eval_samples: int | None = None
+    epoch_test: Literal["after-gossip", "before-last-gossip"] = "after-gossip"
+    final_round_limit: Literal["cell", "epoch-batches"] = "cell"
+    final_trailing_forward: bool = False
+    test_batch: int = 1024
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.batch_size < 1:
@@ -69,6 +89,43 @@ class RunCfg:
             raise ValueError(f"run.final_rounds must be 'gossip-only' or 'train-forward', got {self.final_rounds!r}")
         if self.data_on not in ("device", "host"):
             raise ValueError(f"run.data_on must be 'device' or 'host', got {self.data_on!r}")
+        for name, allowed in (("epoch_test", ("after-gossip", "before-last-gossip")),
+                              ("final_round_limit", ("cell", "epoch-batches"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"run.{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        if self.final_trailing_forward and self.final_rounds != "train-forward":
+            raise ValueError("run.final_trailing_forward needs final_rounds 'train-forward' (a trailing "
+                             "forward follows forward rounds)")
+        if isinstance(self.test_batch, bool) or not isinstance(self.test_batch, int) or self.test_batch < 1:
+            raise ValueError(f"run.test_batch must be a positive integer, got {self.test_batch!r}")
+
+    def final_round_count(self, iters_per_epoch: int) -> int:
+        """The final gossip rounds applied: final_gossip_rounds, at most L − 1 with "epoch-batches"."""
+        if self.final_round_limit == "epoch-batches":
+            return min(self.final_gossip_rounds, max(iters_per_epoch - 1, 0))
+        return self.final_gossip_rounds
+
+    def tests_before_gossip(self, it: int, iters_per_epoch: int) -> bool:
+        """Whether step `it` of an epoch is the one whose pre-gossip models the epoch tests."""
+        return self.epoch_test == "before-last-gossip" and it == iters_per_epoch - 1
+
+
+def epoch_view(sim, run: RunCfg):
+    """Where the epoch's test reads the models: after the last gossip, or before it."""
+    return sim.premix_view() if run.epoch_test == "before-last-gossip" else contextlib.nullcontext()
+
+
+def run_final_rounds(sim, run: RunCfg, iters_per_epoch: int, next_batch: Callable[[], tuple]) -> None:
+    """The final rounds of a run that trained to the end: gossip-only, or (official) a train-mode
+    forward on next_batch() before each gossip, then possibly one trailing forward."""
+    rounds = run.final_round_count(iters_per_epoch)
+    for _ in range(rounds):
+        if run.final_rounds == "train-forward":
+            sim.forward_round(*next_batch())
+        else:
+            sim.gossip_round()
+    if rounds and run.final_trailing_forward:
+        sim.forward_only(*next_batch())
 
 
 @dataclass
@@ -170,7 +227,9 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
             if per_step:
                 lr = lr_at_step(epoch * sampler.iters_per_epoch + it, total, run.lr, run.schedule)
             xb, yb = batch(idx[sim.rows])
+            sim.keep_premix = run.tests_before_gossip(it, sampler.iters_per_epoch)
             losses = sim.train_step(to_train(xb), yb, lr)
+            sim.keep_premix = False
             loss_sum += losses
             if not sim.all_finite(losses):
                 status, diverged_at = "diverged", {"epoch": epoch, "iteration": it}
@@ -181,7 +240,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         if status == "diverged":
             break
         k = run.curve_eval_samples or len(x_te)
-        ev = evaluate(sim, x_te[:k], y_te[:k].to(dev), transform=to_test)
+        with epoch_view(sim, run):
+            ev = evaluate(sim, x_te[:k], y_te[:k].to(dev), batch_size=run.test_batch, transform=to_test)
         row = {"epoch": epoch, "lr": lr, "train_loss": sim.node_mean(loss_sum) / sampler.iters_per_epoch,
                "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
                "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
@@ -198,13 +258,14 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     phase_split = sim.step_splits()  # the training steps' (before the final rounds)
     # the final rounds' batches continue the sampler's stream past the last epoch
     final_batches = itertools.chain.from_iterable(sampler.epoch(e) for e in itertools.count(run.epochs))
-    for _ in range(run.final_gossip_rounds if status == "ok" else 0):
-        if run.final_rounds == "train-forward":
-            xb, yb = batch(next(final_batches)[sim.rows])
-            sim.forward_round(to_train(xb), yb)
-        else:
-            sim.gossip_round()
-    final = evaluate(sim, x_te, y_te.to(dev), transform=to_test).as_dict()
+
+    def next_batch():
+        xb, yb = batch(next(final_batches)[sim.rows])
+        return to_train(xb), yb
+
+    if status == "ok":
+        run_final_rounds(sim, run, sampler.iters_per_epoch, next_batch)
+    final = evaluate(sim, x_te, y_te.to(dev), batch_size=run.test_batch, transform=to_test).as_dict()
     if not math.isfinite(final["mean_loss"]) and status == "ok":
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,

@@ -14,6 +14,8 @@ momentum for them; gossip mixes, compresses and counts them with the weights.
 """
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 from dataclasses import dataclass, field
 from typing import Callable, Literal
@@ -133,9 +135,15 @@ class Simulator:
     def _loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.executor.loss_and_grad(xb, yb)
 
+    # Set by the trainer for the one step whose models it tests before their gossip round (the
+    # official trainer tests each epoch before its last transfer is applied): the step keeps
+    # (x̃, u) for `premix_view`. Such a step runs eagerly even when the step is compiled.
+    keep_premix = False
+    premix: tuple[torch.Tensor, torch.Tensor] | None = None
+
     def train_step(self, xb: torch.Tensor, yb: torch.Tensor, lr: float) -> torch.Tensor:
         """One iteration on node-stacked batches xb (n, B, ...), yb (n, B). Returns losses (n,)."""
-        if self.compiled is not None:
+        if self.compiled is not None and not self.keep_premix:
             return self.compiled(xb, yb, lr)
         losses, g = self._loss_and_grad(xb, yb)
         self._sync_frozen()
@@ -143,8 +151,23 @@ class Simulator:
         if self.frozen is not None:  # the optimizer never moves frozen tensors
             x_tilde = torch.where(self.frozen, self.x, x_tilde)
             self._no_frozen_momentum()
+        self.premix = (x_tilde.clone(), self.u) if self.keep_premix else None
         self._gossip(x_tilde, lr)
         return losses
+
+    @contextlib.contextmanager
+    def premix_view(self):
+        """While active, the models read z = x̃/u of the last step run with keep_premix: each node's
+        model after its local step, before that step's gossip round (evaluation reads only z)."""
+        if self.premix is None:
+            raise RuntimeError("premix_view needs a step run with keep_premix = True")
+        x_tilde, u = self.premix
+        self.z.copy_(x_tilde / u[:, None])
+        try:
+            yield
+        finally:
+            self.z.copy_(self.x / self.u[:, None])
+            self.premix = None
 
     def gossip_round(self) -> None:
         """A gossip-only round (no optimizer step): the official protocol's final R rounds."""
@@ -154,9 +177,15 @@ class Simulator:
         """A final round as the official code runs it: a train-mode forward and backward on each
         node's batch (which updates activation ranges and normalization statistics; gradients
         are dropped, no optimizer step), then a gossip-only round. Returns the losses (n,)."""
+        losses = self.forward_only(xb, yb)
+        self.gossip_round()
+        return losses
+
+    def forward_only(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        """A train-mode forward and backward with no optimizer step and no gossip: what the
+        official final rounds' last forward amounts to, as its transfer is never applied."""
         losses, _ = self._loss_and_grad(xb, yb)
         self._sync_frozen()
-        self.gossip_round()
         return losses
 
     def _no_frozen_momentum(self) -> None:

@@ -1,0 +1,158 @@
+"""The official trainer's protocol as named options (lpdl_core.config.Fidelity; RunCfg): when each
+epoch is tested, how many final rounds run, the trailing forward and the test batch."""
+import dataclasses
+
+import pytest
+import torch
+
+from lpdl_core.config import Fidelity
+from lpdl_core.decentral.algorithms.base import GossipCfg
+from lpdl_core.decentral.compress import CompressorCfg
+from lpdl_core.decentral.engine import EngineCfg, Simulator
+from lpdl_core.decentral.optim import OptimCfg
+from lpdl_core.decentral.topology import Topology
+from lpdl_core.errors import ConfigError
+from lpdl_core.training import train as train_mod
+from lpdl_core.training.train import RunCfg, train
+from lpdl_core.data.registry import load_dataset
+from test_train import small_cnn, subset
+
+GOSSIP = GossipCfg(algorithm="choco", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.9))
+
+
+def _sim(executor="loop"):
+    torch.manual_seed(0)
+    return Simulator(small_cnn, topology=Topology(name="directed-ring", n=4), gossip=GOSSIP,
+                     optim_cfg=OptimCfg(), engine=EngineCfg(executor=executor, device="cpu"))
+
+
+def _batches(k):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(4, 8, 3, 16, 16, generator=g), torch.randint(0, 10, (4, 8), generator=g)) for _ in range(k)]
+
+
+@pytest.mark.parametrize("executor", ["loop", "batched"])
+def test_premix_view_shows_each_models_local_step_before_its_gossip_and_changes_nothing(executor):
+    """Inside premix_view the models read x̃/u of the kept step: the x̃ the step handed to its
+    gossip round. Afterwards z is x/u again, and training goes on bitwise as a run that never
+    looked (the view copies; the step's arithmetic is the same)."""
+    kept, plain, seen = _sim(executor), _sim(executor), {}
+    orig = plain._gossip
+
+    def spy(x_tilde, lr):
+        seen["x_tilde"], seen["u"] = x_tilde.clone(), plain.u.clone()
+        orig(x_tilde, lr)
+
+    plain._gossip = spy
+    batches = _batches(4)
+    for i, (xb, yb) in enumerate(batches[:3]):
+        kept.keep_premix = i == 2
+        kept.train_step(xb, yb, 0.05)
+        plain.train_step(xb, yb, 0.05)
+    kept.keep_premix = False
+    after = kept.z.clone()
+    with kept.premix_view():
+        assert torch.equal(kept.z, seen["x_tilde"] / seen["u"][:, None])
+        assert not torch.equal(kept.z, after)  # the gossip round did move the models
+    assert torch.equal(kept.z, after) and kept.premix is None
+    kept.train_step(*batches[3], 0.05)
+    plain.train_step(*batches[3], 0.05)
+    assert torch.equal(kept.x, plain.x)
+    with pytest.raises(RuntimeError, match="keep_premix"):
+        with kept.premix_view():
+            pass
+
+
+def test_a_kept_step_runs_eagerly_even_when_the_step_is_compiled():
+    """The compiled step has no x̃ to keep: the one step per epoch that must keep it runs the
+    eager step (the same update; the compiled-vs-eager tests bound their difference)."""
+    sim = _sim("batched")
+    calls = []
+    sim.compiled = lambda *a: calls.append(a)
+    xb, yb = _batches(1)[0]
+    sim.train_step(xb, yb, 0.05)
+    assert len(calls) == 1
+    sim.keep_premix = True
+    sim.train_step(xb, yb, 0.05)
+    assert len(calls) == 1 and sim.premix is not None
+
+
+def _train(split, **run_kw):
+    return train(small_cnn, split, topology=Topology(name="directed-ring", n=4), gossip=GOSSIP,
+                 optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"),
+                 run=RunCfg(epochs=2, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3, **run_kw))
+
+
+def test_testing_before_the_last_gossip_shifts_the_curve_not_the_training():
+    """The official epoch test reads each model before the epoch's last gossip (which models
+    premix_view shows is checked above): every epoch's consensus distance is another one, while
+    the trained models, and so the training losses and the final result, are bitwise those of
+    the default."""
+    split = subset(load_dataset("digits"))
+    after, before = _train(split), _train(split, epoch_test="before-last-gossip")
+    assert before.final == after.final
+    assert [r["train_loss"] for r in before.curve] == [r["train_loss"] for r in after.curve]
+    assert all(b["consensus_distance"] != a["consensus_distance"] for a, b in zip(after.curve, before.curve))
+
+
+@pytest.mark.parametrize("rounds,L,limit,want", [(50, 196, "epoch-batches", 50), (50, 37, "epoch-batches", 36),
+                                                 (50, 22, "epoch-batches", 21), (50, 22, "cell", 50),
+                                                 (0, 22, "epoch-batches", 0), (50, 1, "epoch-batches", 0)])
+def test_final_round_count(rounds, L, limit, want):
+    """Official: the final rounds loop over one epoch's L batches and apply min(50, L − 1) gossips
+    (CIFAR L = 196: 50; Imagenette L = 37: 36; the mini profile's L = 22: 21)."""
+    run = RunCfg(epochs=1, batch_size=8, lr=0.1, final_gossip_rounds=rounds, final_round_limit=limit,
+                 final_rounds="train-forward")
+    assert run.final_round_count(L) == want
+
+
+@pytest.mark.parametrize("trailing", [False, True])
+def test_final_rounds_forwards_and_gossips(trailing):
+    """train-forward final rounds: a forward before each gossip; with the trailing forward, one
+    more forward after the last gossip, whose gossip never happens (official: 51 forwards, 50
+    gossips). Counted on the simulator: gossip rounds by its round counter, forwards by calls."""
+    sim, forwards = _sim(), []
+    orig = sim._loss_and_grad
+    sim._loss_and_grad = lambda xb, yb: forwards.append(1) or orig(xb, yb)
+    run = RunCfg(epochs=1, batch_size=8, lr=0.1, final_gossip_rounds=5, final_rounds="train-forward",
+                 final_round_limit="epoch-batches", final_trailing_forward=trailing)
+    batches = iter(_batches(8))
+    t0 = sim.t
+    train_mod.run_final_rounds(sim, run, 4, lambda: next(batches))  # L = 4: 3 rounds
+    assert sim.t - t0 == 3 and len(forwards) == 3 + trailing
+
+
+def test_the_test_batch_reaches_every_evaluation(monkeypatch):
+    seen = []
+    real = train_mod.evaluate
+
+    def spy(*a, batch_size=1024, **kw):
+        seen.append(batch_size)
+        return real(*a, batch_size=batch_size, **kw)
+
+    monkeypatch.setattr(train_mod, "evaluate", spy)
+    _train(subset(load_dataset("digits"), n_train=128, n_test=64), test_batch=64)
+    assert seen == [64, 64, 64]  # two epochs and the final evaluation
+
+
+def test_official_preset_sets_the_protocol_and_paper_keeps_lpdls():
+    off, paper = Fidelity.preset("official"), Fidelity()
+    assert (off.epoch_test, off.final_round_limit, off.final_trailing_forward, off.test_batch) == \
+        ("before-last-gossip", "epoch-batches", True, 64)
+    assert (paper.epoch_test, paper.final_round_limit, paper.final_trailing_forward, paper.test_batch) == \
+        ("after-gossip", "cell", False, 1024)
+    with pytest.raises(ConfigError, match="final_trailing_forward"):
+        Fidelity(final_trailing_forward=True)
+    with pytest.raises(ConfigError, match="test_batch"):
+        Fidelity.from_pairs(["test_batch=32"])
+    with pytest.raises(ValueError, match="final_trailing_forward"):
+        dataclasses.replace(RunCfg(epochs=1, batch_size=8, lr=0.1), final_trailing_forward=True)
+
+
+def test_plan_cell_hands_the_protocol_options_to_the_run():
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.runcell import plan_cell
+    cell = next(c for c in load_cells() if c.final_gossip_rounds)
+    run = plan_cell(cell, "mini", fidelity=Fidelity.preset("official")).run
+    assert (run.epoch_test, run.final_round_limit, run.final_trailing_forward, run.test_batch) == \
+        ("before-last-gossip", "epoch-batches", True, 64)
