@@ -132,7 +132,7 @@ def test_the_test_batch_reaches_every_evaluation(monkeypatch):
 
     monkeypatch.setattr(train_mod, "evaluate", spy)
     _train(subset(load_dataset("digits"), n_train=128, n_test=64), test_batch=64)
-    assert seen == [64, 64, 64]  # two epochs and the final evaluation
+    assert seen == [64, 64, 64, 64]  # two epochs, before the final rounds and after them
 
 
 def test_official_preset_sets_the_protocol_and_paper_keeps_lpdls():
@@ -156,3 +156,40 @@ def test_plan_cell_hands_the_protocol_options_to_the_run():
     run = plan_cell(cell, "mini", fidelity=Fidelity.preset("official")).run
     assert (run.epoch_test, run.final_round_limit, run.final_trailing_forward, run.test_batch) == \
         ("before-last-gossip", "epoch-batches", True, 64)
+
+
+def test_each_run_records_its_models_before_the_final_rounds_and_what_an_exact_average_scores():
+    """before_final holds the trained models' evaluation before the final rounds merge them (the
+    merge gain is final − before_final). Its avg_model_acc is what one exact average (all-reduce)
+    scores: here one gossip round of η = 1 on the complete graph is such an average, and after it
+    every node scores that accuracy. The two averages sum in another order (float32 rounding), so
+    a test sample on a near-tie may flip: one sample of slack."""
+    split = subset(load_dataset("digits"), n_train=256, n_test=128)
+    res = train(small_cnn, split, topology=Topology(name="complete", n=4), gossip=GossipCfg(algorithm="ds", eta=1.0),
+                optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"),
+                run=RunCfg(epochs=2, batch_size=16, lr=0.05, skew=1.0, final_gossip_rounds=1))
+    b, f = res.before_final, res.final
+    assert b is not None and b["consensus_distance"] > 0 and f["consensus_distance"] < 1e-5
+    one = 100.0 / 128
+    assert all(abs(a - b["avg_model_acc"]) <= one for a in f["node_acc"])
+    none = train(
+        small_cnn, split, topology=Topology(name="complete", n=4), gossip=GossipCfg(), optim_cfg=OptimCfg(),
+        engine=EngineCfg(device="cpu"), run=RunCfg(epochs=1, batch_size=16, lr=0.05))
+    assert none.before_final is None  # no final rounds: nothing merged them
+
+
+def test_runs_csv_carries_the_before_final_numbers_and_survives_garbage():
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.tidy import RUN_COLUMNS, run_row
+    cell = load_cells()[0]
+    m = {"status": "ok", "final": {"mean_acc": 50.0, "avg_model_acc": 60.0, "node_acc": [50.0]},
+         "before_final": {"mean_acc": 40.0, "avg_model_acc": 58.0, "consensus_distance": 2.0}, "config": {}}
+    row = run_row(cell, 1234, "mini", m)
+    assert (row["before_final_mean_acc"], row["before_final_avg_model_acc"], row["before_final_consensus_distance"]) \
+        == (40.0, 58.0, 2.0)
+    assert {k for k in row if k.startswith("before_final")} <= set(RUN_COLUMNS)
+    m["before_final"] = {"mean_acc": "forty", "avg_model_acc": float("nan")}
+    row = run_row(cell, 1234, "mini", m)
+    assert row["before_final_mean_acc"] is None and row["before_final_avg_model_acc"] is None
+    del m["before_final"]
+    assert run_row(cell, 1234, "mini", m)["before_final_mean_acc"] is None

@@ -128,6 +128,8 @@ def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names
                "final": result.final, "bytes_per_node": result.bytes_per_node,
                "wall_time_s": result.wall_time_s, "executor": result.executor, "device": result.device,
                "config": dict(config), "provenance": provenance()}
+    if getattr(result, "before_final", None) is not None:  # the models before the final rounds merged them
+        metrics["before_final"] = result.before_final
     if getattr(result, "step_split", None):  # distributed: each rank's seconds per step by phase
         metrics["step_split"] = list(result.step_split)
     if class_names:

@@ -33,6 +33,7 @@ CELL_COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in ("paper_acc",
 PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
 RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
+               "before_final_mean_acc", "before_final_avg_model_acc", "before_final_consensus_distance",
                "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "ran_on", "mapping",
                "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE,
                "problem", "run_key", "metrics_sha256")
@@ -52,7 +53,10 @@ def seeds_present(results_dir: str | Path, cell_id: str) -> list[int]:
 
 
 def _finite(v) -> float | None:
-    return float(v) if v is not None and math.isfinite(float(v)) else None
+    """v as a finite float, else None (also for a value that is not a number at all)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
 
 
 def _diverged_epoch(m: dict) -> int | None:
@@ -65,6 +69,7 @@ def _diverged_epoch(m: dict) -> int | None:
 def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = None) -> dict:
     """One runs.csv row from a checked metrics.json (classes: of the data it trained on, when known)."""
     final, cfg, prov = m.get("final", {}), m.get("config", {}), m.get("provenance", {})
+    before = m.get("before_final") if isinstance(m.get("before_final"), dict) else {}
     node = [a for a in (final.get("node_acc") or ()) if a is not None]
     classes = classes or m.get("num_classes")
     fid = {**Fidelity().as_dict(), **cfg.get("fidelity", {})}
@@ -76,6 +81,8 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         "consensus_distance": _finite(final.get("consensus_distance")),
         "test_loss": _finite(final.get("mean_loss")),
         "node_acc_min": min(node) if node else None, "node_acc_max": max(node) if node else None,
+        # the trained models before the final rounds merged them (runs with final rounds only)
+        **{f"before_final_{k}": _finite(before.get(k)) for k in ("mean_acc", "avg_model_acc", "consensus_distance")},
         "mb_per_node": _finite(m["bytes_per_node"] / 1e6) if m.get("bytes_per_node") is not None else None,
         "wall_time_s": m.get("wall_time_s"), "num_classes": classes,
         "chance": 100.0 / classes if classes else None,

@@ -207,7 +207,9 @@ def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_t
     run = runs[0].run
     live = [k for k in range(len(runs)) if diverged[k] is None]
     streams = [itertools.chain.from_iterable(s.epoch(e) for e in itertools.count(run.epochs)) for s in samplers]
-    if live:
+    before = {}
+    if live and run.final_round_count(samplers[0].iters_per_epoch):
+        before = dict(zip(live, evaluate_cells(sim, live, x_te, y_te, batch_size=run.test_batch, transform=to_test)))
         run_final_rounds(sim, run, samplers[0].iters_per_epoch, lambda: batch([next(s) for s in streams]))
     # every cell, a diverged one included (its NaN model, as its solo run evaluates it)
     finals = evaluate_cells(sim, list(range(len(runs))), x_te, y_te, batch_size=run.test_batch, transform=to_test)
@@ -221,6 +223,7 @@ def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_t
         results.append(RunResult(
             status=status, epochs_done=len(rows), curve=rows, final=final,
             bytes_per_node=float(sim.bytes_sent[sim.rows_of[k]].mean()), partition=hists[k],
-            wall_time_s=elapsed, executor=engine.executor, device=str(sim.device), diverged_at=where))
+            wall_time_s=elapsed, executor=engine.executor, device=str(sim.device), diverged_at=where,
+            before_final=before[k].as_dict() if k in before else None))
     return results
 

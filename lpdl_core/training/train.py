@@ -141,6 +141,9 @@ class RunResult:
     device: str
     diverged_at: dict | None = None
     step_split: list[dict] | None = None  # distributed: each rank's seconds per step by phase
+    # Evaluation.as_dict() after training, before the final rounds (None: no final rounds). Its
+    # avg_model_acc is what one exact average (an all-reduce) of the trained models would score.
+    before_final: dict | None = None
 
 
 def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
@@ -263,7 +266,9 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         xb, yb = batch(next(final_batches)[sim.rows])
         return to_train(xb), yb
 
-    if status == "ok":
+    before_final = None
+    if status == "ok" and run.final_round_count(sampler.iters_per_epoch):
+        before_final = evaluate(sim, x_te, y_te.to(dev), batch_size=run.test_batch, transform=to_test).as_dict()
         run_final_rounds(sim, run, sampler.iters_per_epoch, next_batch)
     final = evaluate(sim, x_te, y_te.to(dev), batch_size=run.test_batch, transform=to_test).as_dict()
     if not math.isfinite(final["mean_loss"]) and status == "ok":
@@ -271,4 +276,4 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,
                      bytes_per_node=sim.node_mean(sim.bytes_sent), partition=hist,
                      wall_time_s=elapsed_before + time.perf_counter() - t0, executor=engine.executor,
-                     device=str(dev), diverged_at=diverged_at, step_split=phase_split)
+                     device=str(dev), diverged_at=diverged_at, step_split=phase_split, before_final=before_final)
