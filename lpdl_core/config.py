@@ -60,6 +60,7 @@ MINI_STANDINS = {
                                   "3x3 stem"),
     "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),
 }
+RNG_STREAMS = ("per-node", "shared")  # how nodes draw randomness (EngineCfg.rng_streams, Fidelity)
 GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N | --gres=gpu:N
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
@@ -97,6 +98,7 @@ FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
     "final_round_limit": ("cell", "epoch-batches"),
     "final_trailing_forward": (False, True),
     "test_batch": (1024, 64),
+    "rng_streams": RNG_STREAMS,
 }
 # one switch for the whole set: "paper" (every default) or "official" (every official-code value)
 FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
@@ -139,6 +141,9 @@ class Fidelity:
         0.1 gossiped + 0.9 local).
     test_batch: 1024 (lpdl's evaluation batch; the text gives none) | 64 (official). 8-bit Range
         EvoNorm quantizes per-sample scales over the batch, so 8-bit accuracy depends on it.
+    rng_streams: "per-node" (each node its own random streams) | "shared" (official: every rank
+        seeds torch identically, so all nodes share their shards' local index order, crop and flip
+        draws, 8-bit rounding noise and dropout masks).
     """
 
     quant_ranges: str = "buffers"
@@ -154,6 +159,7 @@ class Fidelity:
     final_round_limit: str = "cell"
     final_trailing_forward: bool = False
     test_batch: int = 1024
+    rng_streams: str = "per-node"
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -58,12 +58,16 @@ class Case:
     momentum: str = "nesterov"
     choco_replicas: str = "per-neighbour"
     loop_rng: bool = True  # the ranks replay the loop executor's global RNG stream
+    rng_streams: str = "per-node"  # "shared": every node draws the same (the official ranks)
+    identical_batches: bool = False  # every node gets the same batch
 
     @property
     def name(self) -> str:
         comp = self.gossip.compressor
         return (f"{self.algorithm}-eta{self.eta:g}-{self.precision}-{self.graph}-{comp.kind}{comp.ratio:g}"
-                f"-{self.momentum}-{self.choco_replicas}" + ("" if self.loop_rng else "-own-rng"))
+                f"-{self.momentum}-{self.choco_replicas}" + ("" if self.loop_rng else "-own-rng")
+                + ("" if self.rng_streams == "per-node" else f"-{self.rng_streams}")
+                + ("-same-batches" if self.identical_batches else ""))
 
     @property
     def gossip(self) -> GossipCfg:
@@ -75,12 +79,14 @@ class Case:
 
     def kwargs(self) -> dict:
         return dict(topology=Topology(name=self.graph, n=N), gossip=self.gossip,
-                    optim_cfg=OptimCfg(momentum=self.momentum), engine=EngineCfg(executor="loop", device="cpu"))
+                    optim_cfg=OptimCfg(momentum=self.momentum),
+                    engine=EngineCfg(executor="loop", device="cpu", rng_streams=self.rng_streams))
 
     def batches(self):
         g = torch.Generator().manual_seed(len(self.name))
-        return [(torch.randn(N, B, 1, 8, 8, generator=g), torch.randint(0, 10, (N, B), generator=g))
-                for _ in range(self.steps)]
+        k = 1 if self.identical_batches else N
+        return [(torch.randn(k, B, 1, 8, 8, generator=g).expand(N, -1, -1, -1, -1).clone(),
+                 torch.randint(0, 10, (k, B), generator=g).expand(N, -1).clone()) for _ in range(self.steps)]
 
     def simulate(self) -> tuple[Simulator, float]:
         """The loop simulator after the case's steps, and the largest |x_{t+1} - x_t| on the way."""

@@ -25,8 +25,10 @@ FIDELITY = Fidelity().as_dict()
 
 def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs: int = 3, classes: int | None = 10,
               fidelity: dict | None = None, sha: str = "abc123def4567890", same_run_as: str = "",
-              wall: float = 60.0, mapping: list[str] | None = None) -> Path:
-    """One run folder as the pipeline writes it; acc None = diverged at epoch 1."""
+              wall: float = 60.0, mapping: list[str] | None = None,
+              before_final: dict | None = None) -> Path:
+    """One run folder as the pipeline writes it; acc None = diverged at epoch 1. before_final: the
+    evaluation before the final rounds (mean_acc, avg_model_acc, ...), recorded when given."""
     c = CELLS[cell_id]
     d = root / "runs" / cell_id / f"seed{seed}"
     d.mkdir(parents=True)
@@ -38,6 +40,7 @@ def write_run(root: Path, cell_id: str, seed: int, acc: float | None, *, epochs:
         "identity": run_identity(c, profile=root.name, seed=seed, fidelity=fid),
         "final": {"mean_acc": acc, "avg_model_acc": (acc or 0) + 0.5,
                   "consensus_distance": 0.01, "mean_loss": 1.0, "node_acc": node_acc},
+        **({"before_final": before_final} if before_final is not None else {}),
         "bytes_per_node": 2.5e6, "wall_time_s": wall, "executor": "loop", "device": "cpu",
         **({"num_classes": classes} if classes else {}),
         "config": {"cell_id": cell_id, "cell": {"table": c.table, "norm": c.norm}, "fidelity": fid,

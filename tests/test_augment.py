@@ -1,13 +1,18 @@
 """Batched on-device augmentation: exact references on seeded runs, torchvision agreement."""
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 import torchvision.transforms as T
 import torchvision.transforms.v2.functional as TF
 
+from lpdl_core.config import FIDELITY_CHOICES, Fidelity
 from lpdl_core.data import augment as A
+from lpdl_core.data import crops, packed
 from lpdl_core.data.augment import (augment_batch, center_crop, normalize, random_crop_flip,
                                     random_resized_crop_flip, resize_shorter)
 from lpdl_core.data.base import DataSplit
@@ -238,3 +243,233 @@ def test_a_part_is_those_rows_of_the_whole_batch(kind):
         assert torch.equal(g.get_state(), g_all.get_state())
     with pytest.raises(ValueError, match="part"):
         aug(x[:1], _gen(), part=(4, 4))
+
+
+# ------------------------------------------------------------------ crop samplings (Fidelity.crop_sampling)
+
+def _geometries(n, seed=0):
+    """n (H, W) pairs: ordinary photos, tall and wide ones, and extreme strips (every attempt
+    fails there, so the fallback runs)."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randint(16, 400, (n,), generator=g)
+    w = torch.randint(16, 400, (n,), generator=g)
+    strip = torch.arange(n) % 7 == 0
+    return torch.where(strip, torch.full_like(h, 20), h), torch.where(strip, torch.full_like(w, 400), w)
+
+
+def _draws(n, seed):
+    g = _gen(seed)
+    return crops.draw_uniforms(n, lambda shape: torch.rand(shape, generator=g))
+
+
+def _get_params_v021(img_h, img_w, scale, ratio, attempts, offsets):
+    """torchvision 0.2.1's RandomResizedCrop.get_params, transcribed as plain Python; the
+    random.uniform / random.random / random.randint calls take their uniforms from `attempts`
+    ((u1, u2, u3) per attempt) and `offsets` ((v1, v2)): uniform(a, b) = a + (b - a) u and
+    randint(a, b) = a + floor(u (b - a + 1))."""
+    area = img_h * img_w
+    for u1, u2, u3 in attempts:
+        target_area = (scale[0] + (scale[1] - scale[0]) * u1) * area
+        aspect_ratio = ratio[0] + (ratio[1] - ratio[0]) * u2
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if u3 < 0.5:
+            w, h = h, w
+        if w <= img_w and h <= img_h:
+            i = math.floor(offsets[0] * (img_h - h + 1))
+            j = math.floor(offsets[1] * (img_w - w + 1))
+            return i, j, h, w, False
+    side = min(img_h, img_w)  # fallback: the centred square
+    return (img_h - side) // 2, (img_w - side) // 2, side, side, True
+
+
+@pytest.mark.parametrize("scale", [(0.08, 1.0), (0.5, 2.5)])
+def test_uniform_swap_boxes_equal_torchvision_021_transcription(scale):
+    n, ratio = 3000, (3 / 4, 4 / 3)
+    H, W = _geometries(n)
+    top, left, h, w = A._rrc_params(n, H, W, scale, ratio, _gen(5), "cpu", how="uniform-swap")
+    d = _draws(n, 5)  # the same generator, the same draws
+    fallbacks = swapped_wins = 0
+    for k in range(n):
+        attempts = d.u[:, k].double().T.tolist()
+        ref = _get_params_v021(int(H[k]), int(W[k]), scale, ratio, attempts, d.v[:, k].double().tolist())
+        assert (int(top[k]), int(left[k]), int(h[k]), int(w[k])) == ref[:4], (k, int(H[k]), int(W[k]))
+        fallbacks += ref[4]
+        swapped_wins += (not ref[4]) and (int(h[k]) > int(w[k])) != (H[k] > W[k]).item()
+    assert 100 < fallbacks < n - 100 and swapped_wins > 100  # both branches exercised
+
+
+class _Feed:
+    """Stands in for the `torch` module that current torchvision's RandomResizedCrop.get_params
+    sees: its torch.empty(1).uniform_(a, b) and torch.randint(a, b, size) return values made from
+    given uniforms (a + (b - a) u and a + floor(u (b - a))), and its float math is float64."""
+
+    def __init__(self, uniforms, offsets):
+        self._u, self._v = iter(uniforms), iter(offsets)
+        self.exp = torch.exp
+
+    def tensor(self, values):
+        return torch.tensor(values, dtype=torch.float64)
+
+    def log(self, t):
+        return torch.tensor([math.log(float(v)) for v in t], dtype=torch.float64)
+
+    def empty(self, *shape):
+        feed = self
+
+        class _Draw:
+            def uniform_(self, a, b):
+                return torch.tensor([float(a) + (float(b) - float(a)) * next(feed._u)], dtype=torch.float64)
+        return _Draw()
+
+    def randint(self, low, high, size):
+        return torch.tensor([low + math.floor(next(self._v) * (high - low))])
+
+
+@pytest.mark.parametrize("scale", [(0.08, 1.0), (0.5, 2.5)])
+def test_log_uniform_boxes_equal_current_torchvision(monkeypatch, scale):
+    """Current torchvision's own get_params code, fed the same uniforms, gives every box."""
+    import torchvision.transforms.transforms as tvt
+
+    n, ratio = 1500, [3 / 4, 4 / 3]
+    H, W = _geometries(n, seed=1)
+    top, left, h, w = A._rrc_params(n, H, W, scale, ratio, _gen(6), "cpu", how="log-uniform")
+    d = _draws(n, 6)
+    for k in range(n):
+        u = d.u[:2, k].double().T.reshape(-1).tolist()  # u1, u2 of attempt 0, then attempt 1, ...
+        monkeypatch.setattr(tvt, "torch", _Feed(u, d.v[:, k].double().tolist()))
+        ref = T.RandomResizedCrop.get_params(torch.empty(1, int(H[k]), int(W[k])), list(scale), ratio)
+        assert (int(top[k]), int(left[k]), int(h[k]), int(w[k])) == tuple(ref), (k, int(H[k]), int(W[k]))
+    monkeypatch.undo()
+    # and the two samplings differ: uniform-swap's ratio is uniform, its fallback a square
+    t2, l2, h2, w2 = A._rrc_params(n, H, W, scale, ratio, _gen(6), "cpu", how="uniform-swap")
+    assert not torch.equal(torch.stack([top, left, h, w]), torch.stack([t2, l2, h2, w2]))
+
+
+def test_sampling_registry_is_the_fidelity_vocabulary():
+    assert tuple(crops.SAMPLINGS) == FIDELITY_CHOICES["crop_sampling"]
+    with pytest.raises(ValueError, match="unknown crop sampling 'x'"):
+        crops.crop_boxes(_draws(2, 0), 10, 10, how="x")
+    with pytest.raises(ValueError, match="crop_sampling 'x' is not one of"):
+        dataclasses.replace(_split("rrc-flip"), crop_sampling="x")
+
+
+def test_uniform_swap_swaps_half_the_time():
+    """uniform-swap: r ~ U(3/4, 4/3) alone has P(r <= 1) = (1 - 3/4) / (4/3 - 3/4) = 3/7; the swap
+    (w/h = 1/r half the time) makes it 1/2."""
+    _, _, h, w = A._rrc_params(20000, 1000, 1000, (0.08, 0.2), (3 / 4, 4 / 3), _gen(2), "cpu", how="uniform-swap")
+    assert abs((w <= h).double().mean().item() - 0.5) < 0.02
+
+
+# ------------------------------------------------------------------ packed whole images
+
+def _packed(sizes, short=16, long=28, seed=0):
+    x = packed.empty(len(sizes), short, long)
+    origs = []
+    for i, (h, w) in enumerate(sizes):
+        img = _imgs(1, h=h, w=w, seed=seed + i)[0]
+        packed.put(x, i, img)
+        origs.append(img)
+    return x, origs
+
+
+def test_packed_put_geometry_roundtrip():
+    sizes = [(16, 16), (16, 24), (24, 16), (16, 28), (40, 16), (16, 33)]  # the last two longer than 28
+    x, origs = _packed(sizes)
+    assert x.shape == (6, 3, 17, 28) and x.dtype == torch.uint8
+    H, W, tr = packed.geometry(x)
+    assert H.tolist() == [16, 16, 24, 16, 28, 16] and W.tolist() == [16, 24, 16, 28, 16, 28]
+    assert tr.tolist() == [False, False, True, False, True, False]
+    for i, (img, (h, w)) in enumerate(zip(origs, sizes)):
+        if max(h, w) <= 28:
+            assert torch.equal(packed.image(x, i), img)
+        else:  # centre-cropped to 28 along the long side, as CenterCrop
+            assert torch.equal(packed.image(x, i), TF.center_crop(img, [min(h, 28), min(w, 28)]))
+    assert (x[1, :, :16, 24:] == 0).all() and (x[0, 1:, 16] == 0).all()
+    with pytest.raises(ValueError, match="shorter side 12, expected 16"):
+        packed.put(x, 0, _imgs(1, h=12, w=20)[0])
+
+
+@pytest.mark.parametrize("how", ["log-uniform", "uniform-swap"])
+def test_packed_rrc_equals_torchvision_on_each_whole_image(how):
+    sizes = [(16, 16), (16, 24), (24, 16), (16, 28), (20, 16), (16, 19)] * 4
+    x, origs = _packed(sizes)
+    out = random_resized_crop_flip(x, size=12, generator=_gen(9), sampling=how, packed=True)
+    assert out.shape == (24, 3, 12, 12)
+    g = _gen(9)
+    H, W, _ = packed.geometry(x)
+    top, left, h, w = A._rrc_params(24, H, W, (0.08, 1.0), (3 / 4, 4 / 3), g, "cpu", how=how)
+    flip = torch.rand(24, generator=g) < 0.5
+    for i, img in enumerate(origs):
+        ref = TF.resized_crop(img.float() / 255, int(top[i]), int(left[i]), int(h[i]), int(w[i]), [12, 12],
+                              antialias=True)
+        torch.testing.assert_close(out[i], ref.flip(-1) if flip[i] else ref, atol=1e-5, rtol=0)
+    # node-stacked leading dims and parts, as the executors pass them
+    k = 4
+    whole = random_resized_crop_flip(x.reshape(k, 6, *x.shape[1:]), size=12, generator=_gen(3), sampling=how,
+                                     packed=True)
+    for i in range(k):
+        g = _gen(3)
+        row = random_resized_crop_flip(x.reshape(k, 6, *x.shape[1:])[i:i + 1], size=12, generator=g,
+                                       sampling=how, packed=True, part=(i, k))
+        torch.testing.assert_close(row, whole[i:i + 1], rtol=0, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("how", ["log-uniform", "uniform-swap"])
+def test_cuda_packed_matches_cpu(how):
+    """A CPU generator drives CUDA data with the same draws: the same boxes, the same crops."""
+    x, _ = _packed([(16, 16), (16, 24), (24, 16), (16, 28), (20, 16), (16, 19)] * 8)
+    cpu = random_resized_crop_flip(x, size=12, generator=_gen(9), sampling=how, packed=True)
+    cuda = random_resized_crop_flip(x.cuda(), size=12, generator=_gen(9), sampling=how, packed=True)
+    assert cuda.is_cuda
+    torch.testing.assert_close(cuda.cpu(), cpu, atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------ the option reaches the augmentation
+
+def test_fidelity_crop_sampling_reaches_augment_batch():
+    from lpdl_core.data.registry import load_dataset
+
+    base = load_dataset("digits", image_size=48, augment="rrc-flip")
+    assert base.crop_sampling == "log-uniform"
+    swap = load_dataset("digits", image_size=48, augment="rrc-flip",
+                        crop_sampling=Fidelity(crop_sampling="uniform-swap").crop_sampling)
+    assert swap.crop_sampling == "uniform-swap"
+    xb = base.x_train[:64]
+    a = augment_batch(xb, base, train=True, generator=_gen(1))
+    b = augment_batch(xb, swap, train=True, generator=_gen(1))
+    assert not torch.equal(a, b)
+    ref = random_resized_crop_flip(xb, size=48, generator=_gen(1), sampling="uniform-swap")
+    torch.testing.assert_close(b, normalize(ref, base.mean, base.std))
+
+
+@pytest.mark.parametrize("packed_run", [False, True])
+def test_runs_load_their_data_with_the_fidelity_crop_sampling(tmp_path, monkeypatch, packed_run):
+    """run_cell and run_cells_packed hand Fidelity.crop_sampling to the dataset loader."""
+    from lpdl_core.data import registry
+    from lpdl_core.pipeline.cells import cells_by_id, load_cells
+    from lpdl_core.pipeline.runcell import run_cell
+    from lpdl_core.pipeline.runpack import run_cells_packed
+
+    seen = []
+
+    class Stop(ValueError):
+        pass
+
+    def fake(name, *, offline=False, crop_sampling=None, **kw):
+        seen.append(crop_sampling)
+        raise Stop("stop before training")
+    monkeypatch.setattr(registry, "load_dataset", fake)
+    cells = cells_by_id(load_cells())
+    ids = ["t2-resnet20-dring16-c90-s0.9-choco-int8", "t2-resnet20-dring16-c90-s0.9-choco-fp32"]
+    fid = Fidelity(crop_sampling="uniform-swap")
+    if packed_run:
+        out = run_cells_packed([cells[i] for i in ids], lambda cid: str(tmp_path / cid), "mini", fidelity=fid,
+                               device="cpu")
+        assert all(isinstance(e, Stop) for e in out.values())
+    else:
+        with pytest.raises(Stop):
+            run_cell(cells[ids[0]], tmp_path / "run", "mini", fidelity=fid, device="cpu")
+    assert seen and set(seen) == {"uniform-swap"}

@@ -1,4 +1,5 @@
 """Imagenette loader on a tiny imagenette2 tree built in the real layout (no downloads)."""
+import dataclasses
 import hashlib
 import socket
 import tarfile
@@ -8,10 +9,15 @@ import pytest
 import torch
 from PIL import Image
 
+from lpdl_core.data import augment as A
 from lpdl_core.data import imagenette as inet
+from lpdl_core.data import imagenette_images as inet_images
+from lpdl_core.data import packed
 from lpdl_core.data.base import ChecksumError, DatasetMissing
 
-SIZES = [(300, 200), (200, 300), (256, 256), (341, 256), (180, 240)]  # (w, h), mixed aspect ratios
+SIZES = [(300, 200), (200, 300), (256, 256), (341, 256), (180, 240), (600, 200)]  # (w, h), mixed aspect ratios
+N_TRAIN = sum(2 + c % 2 for c in range(10))
+N_CAPPED = sum(1 for k in range(N_TRAIN) if k % len(SIZES) == 5)  # 600x200 -> 768x256, above 2:1
 
 
 def _image(rng: np.random.Generator, w: int, h: int) -> Image.Image:
@@ -73,8 +79,11 @@ def no_network(monkeypatch):
 def test_extracts_from_archive_and_loads(root, no_network):
     s = inet.load_imagenette(root, download=False)
     assert (root / "imagenette2" / "train").is_dir() and (root / "imagenette2" / "val").is_dir()
-    n_train = sum(2 + c % 2 for c in range(10))
-    assert s.x_train.shape == (n_train, 3, 256, 256) and s.x_train.dtype == torch.uint8
+    # whole Resize(256) images, packed: 257 rows (256 + the size header), long side <= 512
+    assert s.x_train.shape == (N_TRAIN, 3, 257, 512) and s.x_train.dtype == torch.uint8
+    assert s.train_layout == "packed" and s.crop_sampling == "log-uniform"
+    assert s.extras["train_long_capped"] == N_CAPPED and s.extras["train_long_side"] == 512
+    assert f"{N_CAPPED} image(s) wider than that" in s.description
     assert s.x_test.shape == (21, 3, 224, 224) and s.x_test.dtype == torch.uint8
     assert s.y_train.tolist() == [c for c in range(10) for _ in range(2 + c % 2)]
     assert s.y_test.tolist() == [c for c in range(10) for _ in range(2)] + [9]
@@ -94,11 +103,16 @@ def test_transforms_match_official_pil_and_torchvision_v2(root):
     val = inet.list_split(root / "imagenette2" / "val")[0]
     train = inet.list_split(root / "imagenette2" / "train")[0]
     official = T.Compose([T.Resize(256), T.CenterCrop(224), T.PILToTensor()])  # on PIL, as ImageFolder
-    official_train = T.Compose([T.Resize(256), T.CenterCrop(256), T.PILToTensor()])
+    official_train = T.Compose([T.Resize(256), T.PILToTensor()])  # the whole image
     tv_test = v2.Compose([v2.Resize(256), v2.CenterCrop(224)])  # on the decoded uint8 tensor
-    tv_train = v2.Compose([v2.Resize(256), v2.CenterCrop(256)])
+    tv_train = v2.Resize(256)
+
+    def capped(img):  # long side above 512: centre-cropped to 512 when stored
+        return v2.functional.center_crop(img, [min(img.shape[-2], 512), min(img.shape[-1], 512)])
+    stored = [packed.image(s.x_train, i) for i in range(len(train))]
     for xs, paths, pil_tf, tv_tf in ((s.x_test, val, official, tv_test),
-                                     (s.x_train, train, official_train, tv_train)):
+                                     (stored, train, lambda im: capped(official_train(im)),
+                                      lambda t: capped(tv_train(t)))):
         for i, p in enumerate(paths):
             with Image.open(p) as im:
                 rgb = im.convert("RGB")
@@ -106,17 +120,20 @@ def test_transforms_match_official_pil_and_torchvision_v2(root):
             tensor = torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1)
             diff = (xs[i].int() - tv_tf(tensor).int()).abs()
             assert diff.max() <= 2, (p, diff.max())
+    assert {tuple(x.shape[-2:]) for x in stored} == {(256, 384), (384, 256), (256, 256), (256, 341),
+                                                     (341, 256), (256, 512)}
 
 
 def test_cache_written_and_reused(root, monkeypatch):
     a = inet.load_imagenette(root, download=False)
     cache = inet.cache_path(root, 256)
     assert cache.is_file() and not a.extras["from_cache"]
+    assert cache.name == "imagenette2.lpdl-cache.whole256x512.val256-224.pt"  # not the old train256 name
     assert not list(root.glob("*.tmp"))
 
     def boom(path):
         raise AssertionError("decoded although the cache is valid")
-    monkeypatch.setattr(inet, "_decode", boom)
+    monkeypatch.setattr(inet_images, "decode", boom)
     b = inet.load_imagenette(root, download=False)
     assert b.extras["from_cache"]
     assert torch.equal(a.x_train, b.x_train) and torch.equal(a.x_test, b.x_test)
@@ -132,7 +149,8 @@ def test_cache_written_and_reused(root, monkeypatch):
 
 def test_train_size_option(root):
     s = inet.load_imagenette(root, download=False, train_size=240, use_cache=False)
-    assert s.x_train.shape[1:] == (3, 240, 240) and s.x_test.shape[1:] == (3, 224, 224)
+    assert s.x_train.shape[1:] == (3, 241, 480) and s.x_test.shape[1:] == (3, 224, 224)
+    assert min(packed.image(s.x_train, 0).shape[-2:]) == 240
     assert not inet.cache_path(root, 240).exists()
 
 
@@ -179,3 +197,64 @@ def test_wrong_classes_rejected(tmp_path):
         (tmp_path / "imagenette2" / split / "n00000000").mkdir(parents=True)
     with pytest.raises(ValueError, match="wnids"):
         inet.load_imagenette(tmp_path, download=False)
+
+
+def test_old_cache_versions_are_not_reused(root, monkeypatch):
+    a = inet.load_imagenette(root, download=False)
+    cache = inet.cache_path(root, 256)
+    d = torch.load(cache, weights_only=True)
+    d["version"] = 2  # a centre-square (version 2) cache under this name is rebuilt
+    torch.save(d, cache)
+    b = inet.load_imagenette(root, download=False)
+    assert not b.extras["from_cache"] and torch.equal(a.x_train, b.x_train)
+
+
+def _strips(w=400, h=300, strip=40) -> Image.Image:
+    """A 4:3 photo: dark grey middle, pure red outer strips `strip` px wide at both ends of the long
+    side (34 px each after Resize(256) to 341x256: outside the central 256x256 square)."""
+    a = np.full((h, w, 3), 40, np.uint8)
+    a[:, :strip] = a[:, w - strip:] = (255, 0, 0)
+    return Image.fromarray(a)
+
+
+@pytest.mark.parametrize("how", ["log-uniform", "uniform-swap"])
+def test_training_crops_reach_the_outer_strips(root, how):
+    """The stored image is the whole Resize(256) image, so RandomResizedCrop boxes reach its
+    outer strips (never in the old centre-256 square), and each augmented crop is torchvision's
+    resized_crop of the official Resize(256) image at its box."""
+    import torchvision.transforms as T
+    import torchvision.transforms.v2.functional as TF
+
+    inet.ensure_extracted(root, download=False)
+    first = inet.list_split(root / "imagenette2" / "train")[0][0]
+    _strips().save(first, quality=95)
+    s = dataclasses.replace(inet.load_imagenette(root, download=False, use_cache=False), crop_sampling=how)
+    official = T.Compose([T.Resize(256), T.PILToTensor()])(_strips_rgb(first))
+    assert official.shape == (3, 256, 341) and torch.equal(packed.image(s.x_train, 0), official)
+    # the old storage, Resize(256) -> CenterCrop(256), has none of the red strips
+    assert not _red(inet.resize_center_crop(_strips_rgb(first), 256, 256)[None].float() / 255).any()
+
+    n = 120
+    xb = s.x_train[torch.zeros(n, dtype=torch.long)].reshape(4, n // 4, *s.x_train.shape[1:])  # node-stacked
+    out = A.augment_batch(xb, s, train=True, generator=torch.Generator().manual_seed(3)).reshape(n, 3, 224, 224)
+    img = out * torch.tensor(s.std).view(3, 1, 1) + torch.tensor(s.mean).view(3, 1, 1)
+    g = torch.Generator().manual_seed(3)
+    top, left, h, w = A._rrc_params(n, 256, 341, (0.08, 1.0), (3 / 4, 4 / 3), g, "cpu", how=how)
+    flip = torch.rand(n, generator=g) < 0.5
+    assert (left < 34).sum() > n // 10 and (left + w > 341 - 34).sum() > n // 10  # both strips reached
+    hit = _red(img).flatten(1).any(1)
+    assert hit.float().mean() > 0.2
+    for i in range(0, n, 11):
+        ref = TF.resized_crop(official.float() / 255, int(top[i]), int(left[i]), int(h[i]), int(w[i]), [224, 224],
+                              antialias=True)
+        torch.testing.assert_close(img[i], ref.flip(-1) if flip[i] else ref, atol=1e-4, rtol=0)
+
+
+def _strips_rgb(path):
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def _red(x: torch.Tensor) -> torch.Tensor:
+    """(N, H, W) mask of clearly red pixels of float images (N, 3, H, W) in [0, 1]."""
+    return (x[:, 0] > 0.7) & (x[:, 1] < 0.3) & (x[:, 2] < 0.3)

@@ -23,6 +23,7 @@ one rank, 2.6e-4: one flipped level each).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -97,12 +98,16 @@ def _check(case: Case, out: Path) -> None:
 
 # Without the replayed stream the 8-bit gradient noise differs: the check must see it.
 OWN_RNG = Case("ds", 1.0, "int8", "directed-ring", loop_rng=False)
+# Shared streams (the official ranks): each rank draws what node 0 draws, with no replay. With every
+# node given the same batch, all nodes then stay equal, bit for bit.
+FAST.append(Case("choco", 0.01, "int8", TV, rng_streams="shared"))
+SHARED_SAME = Case("ds", 1.0, "int8", "directed-ring", rng_streams="shared", identical_batches=True)
 
 
 @pytest.fixture(scope="module")
 def fast_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("fast")
-    return out, _launch(FAST + [OWN_RNG], out)
+    return out, _launch(FAST + [OWN_RNG, SHARED_SAME], out)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +126,19 @@ def test_own_rng_streams_differ(fast_run):
     sim, _ = OWN_RNG.simulate()
     got = [torch.load(fast_run[0] / f"{OWN_RNG.name}-{r}.pt")["x"] for r in range(N)]
     assert max(float((x - sim.x[r]).abs().max()) for r, x in enumerate(got)) > 1e-4
+
+
+def test_shared_streams_keep_nodes_with_the_same_batches_equal_in_every_rank(fast_run):
+    """rng_streams shared: nodes given identical batches draw identical rounding noise, so they stay
+    identical, in the loop simulator and across the ranks (and the ranks equal the simulator);
+    with per-node streams the same batches still leave the nodes apart."""
+    sim, _ = SHARED_SAME.simulate()
+    assert all(torch.equal(sim.x[r], sim.x[0]) for r in range(N))
+    got = [torch.load(fast_run[0] / f"{SHARED_SAME.name}-{r}.pt")["x"] for r in range(N)]
+    assert all(torch.equal(x, got[0]) for x in got)
+    torch.testing.assert_close(got[0], sim.x[0], rtol=RTOL, atol=ATOL)
+    apart, _ = dataclasses.replace(SHARED_SAME, rng_streams="per-node").simulate()
+    assert float((apart.x - apart.x[0]).abs().max()) > 1e-4
 
 
 @pytest.mark.slow

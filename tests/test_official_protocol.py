@@ -193,3 +193,74 @@ def test_runs_csv_carries_the_before_final_numbers_and_survives_garbage():
     assert row["before_final_mean_acc"] is None and row["before_final_avg_model_acc"] is None
     del m["before_final"]
     assert run_row(cell, 1234, "mini", m)["before_final_mean_acc"] is None
+
+
+def _int8_with_dropout():
+    from lpdl_core.quant.layers import make_conv, make_linear
+    from lpdl_core.quant.quantizer import QuantCfg
+    q = QuantCfg(act_rounding="stochastic")  # noise in the forward (activations) and backward (gradients)
+    return torch.nn.Sequential(make_conv(1, 4, 3, padding=1, bias=True, qcfg=q), torch.nn.Tanh(),
+                               torch.nn.Dropout(0.3), torch.nn.Flatten(), make_linear(256, 10, qcfg=q))
+
+
+@pytest.mark.parametrize("executor", ["loop", "batched"])
+def test_shared_streams_give_nodes_with_the_same_batches_the_same_noise_and_dropout(executor):
+    """rng_streams shared (the official ranks, seeded alike): nodes given the same batch draw the
+    same rounding noise and dropout masks, so from the same x_0 they stay equal (DS at η = 1 on a
+    ring mixes equal models into equal models). Per-node streams set them apart. (The
+    distributed executor: tests/test_distributed.py.)"""
+    g = torch.Generator().manual_seed(3)
+    batches = [(torch.randn(1, 6, 1, 8, 8, generator=g).expand(4, -1, -1, -1, -1).clone(),
+                torch.randint(0, 10, (1, 6), generator=g).expand(4, -1).clone()) for _ in range(3)]
+    spread = {}
+    for streams in ("shared", "per-node"):
+        torch.manual_seed(0)
+        sim = Simulator(_int8_with_dropout, topology=Topology(name="directed-ring", n=4), gossip=GossipCfg(),
+                        optim_cfg=OptimCfg(), engine=EngineCfg(executor=executor, device="cpu", rng_streams=streams))
+        for xb, yb in batches:
+            sim.train_step(xb, yb, 0.1)
+        spread[streams] = float((sim.x - sim.x[0]).abs().max())
+    assert spread["shared"] == 0.0 and spread["per-node"] > 1e-4, spread
+
+
+def test_shared_streams_give_identical_shards_identical_batches():
+    """The sampler's local index order is the same permutation on every node when shared (each
+    official rank shuffles its own shard with the same seed); per node it differs."""
+    import numpy as np
+    from lpdl_core.data.sampler import NodeSampler
+    parts = [np.arange(40), np.arange(40), np.arange(100, 140)]
+    shared = next(NodeSampler(parts, 8, seed=5, shared=True).epoch(2))
+    assert torch.equal(shared[0], shared[1]) and torch.equal(shared[2] - 100, shared[0])
+    own = next(NodeSampler(parts, 8, seed=5).epoch(2))
+    assert not torch.equal(own[0], own[1])
+
+
+@pytest.mark.parametrize("augment", ["crop-flip", "rrc-flip"])
+def test_shared_augmentation_draws_one_nodes_crops_for_every_node(augment):
+    """Shared: every node row gets the draws one row would get from the same generator state, and
+    the generator ends there (as each official rank's own generator); per node the rows differ."""
+    from lpdl_core.data.augment import augment_batch
+    split = dataclasses.replace(load_dataset("digits"), augment=augment, image_size=8)
+    x = split.x_train[:5].unsqueeze(0).expand(3, -1, -1, -1, -1).clone()
+    g, one = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    out = augment_batch(x, split, train=True, generator=g, shared=True)
+    want = augment_batch(x[:1], split, train=True, generator=one)
+    assert all(torch.equal(row, want[0]) for row in out)
+    assert torch.equal(g.get_state(), one.get_state())
+    own = augment_batch(x, split, train=True, generator=torch.Generator().manual_seed(4))
+    assert not torch.equal(own[0], own[1])
+
+
+def test_a_run_with_shared_streams_trains_and_its_checkpoint_names_them(tmp_path):
+    """Shared streams reach the run (sampler, augmentation, executor), and a checkpoint written
+    with per-node streams is not resumed by a shared run (the fingerprint names them)."""
+    from lpdl_core.training.checkpoint import fingerprint
+    from lpdl_core.training.train import shared_streams
+    split = subset(load_dataset("digits"), n_train=128, n_test=64)
+    res = train(small_cnn, split, topology=Topology(name="directed-ring", n=4), gossip=GOSSIP, optim_cfg=OptimCfg(),
+                engine=EngineCfg(device="cpu", rng_streams="shared"),
+                run=RunCfg(epochs=1, batch_size=16, lr=0.05, skew=0.0))
+    assert res.status == "ok"
+    assert shared_streams(EngineCfg()) == {}  # per-node fingerprints read as before the option
+    assert fingerprint(identity=None, **shared_streams(EngineCfg(rng_streams="shared"))) != \
+        fingerprint(identity=None, **shared_streams(EngineCfg()))

@@ -15,16 +15,19 @@ Semantics follow the official code's torchvision pipelines (docs/paper-vs-code.m
   crop-flip: RandomHorizontalFlip + RandomCrop(32, padding=4) (zero padding)
   rrc-flip:  RandomResizedCrop(size) (default scale/ratio) + RandomHorizontalFlip, resized with
              antialiased bilinear (as PIL / torchvision antialias=True), computed in float
-             without the intermediate rounding to uint8 that the PIL pipeline does
+             without the intermediate rounding to uint8 that the PIL pipeline does. The boxes are
+             drawn over each whole image as split.crop_sampling (crops.py: "log-uniform", current
+             torchvision; "uniform-swap", the official code's torchvision 0.2.1); images of
+             different sizes come packed (packed.py, split.train_layout == "packed")
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 
 from .base import DataSplit
+from .crops import crop_boxes, draw_uniforms
+from .packed import geometry as packed_geometry
 
 
 def _flat(x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:
@@ -82,37 +85,12 @@ def random_crop_flip(x: torch.Tensor, padding: int = 4, generator: torch.Generat
     return out.permute(0, 3, 1, 2).contiguous().reshape(*lead, c, h, w)
 
 
-def _rrc_params(n: int, height: int, width: int, scale, ratio, generator, device):
-    """torchvision RandomResizedCrop.get_params for n images at once: (top, left, h, w) int64.
-    Ten attempts per image are drawn together; the first valid one is taken, else the center
-    crop fallback of torchvision."""
-    area = height * width
-    u = _rand((3, n, 10), generator, device)
-    target = area * (scale[0] + (scale[1] - scale[0]) * u[0])
-    lr = (math.log(ratio[0]), math.log(ratio[1]))
-    ar = torch.exp(lr[0] + (lr[1] - lr[0]) * u[1])
-    cw = torch.round(torch.sqrt(target * ar)).long()
-    ch = torch.round(torch.sqrt(target / ar)).long()
-    ok = (cw > 0) & (cw <= width) & (ch > 0) & (ch <= height)
-    first = ok.long().argmax(dim=1, keepdim=True)  # first valid attempt (0 if none)
-    any_ok = ok.any(dim=1)
-    cw, ch = cw.gather(1, first)[:, 0], ch.gather(1, first)[:, 0]
-    # fallback: central crop, aspect ratio clamped into `ratio` (torchvision semantics)
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        fw, fh = width, int(round(width / min(ratio)))
-    elif in_ratio > max(ratio):
-        fw, fh = int(round(height * max(ratio))), height
-    else:
-        fw, fh = width, height
-    cw = torch.where(any_ok, cw, torch.full_like(cw, fw))
-    ch = torch.where(any_ok, ch, torch.full_like(ch, fh))
-    uo = _rand((2, n), generator, device)
-    top = torch.floor(uo[0] * (height - ch + 1).float()).long().clamp(max=height - ch)
-    left = torch.floor(uo[1] * (width - cw + 1).float()).long().clamp(max=width - cw)
-    top = torch.where(any_ok, top, (height - ch) // 2)
-    left = torch.where(any_ok, left, (width - cw) // 2)
-    return top, left, ch, cw
+def _rrc_params(n: int, height, width, scale, ratio, generator, device, how: str = "log-uniform"):
+    """torchvision RandomResizedCrop.get_params for n images at once, sampled as `how`
+    (crops.SAMPLINGS): (top, left, h, w) int64. Draws crops.draw_uniforms(n) from `generator`.
+    height/width: ints, or (n,) tensors for images of their own sizes."""
+    draws = draw_uniforms(n, lambda shape: _rand(shape, generator, device))
+    return crop_boxes(draws, height, width, scale=scale, ratio=ratio, how=how)
 
 
 def _aa_weights(in_size: int, start: torch.Tensor, length: torch.Tensor, out_size: int) -> torch.Tensor:
@@ -142,16 +120,32 @@ def _resize_boxes(xf: torch.Tensor, top, left, ch, cw, size: int) -> torch.Tenso
 
 def random_resized_crop_flip(x: torch.Tensor, size: int = 224, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                              generator: torch.Generator | None = None, flip_p: float = 0.5,
-                             part: tuple[int, int] | None = None) -> torch.Tensor:
-    """RandomResizedCrop(size, scale, ratio) + horizontal flip (p=flip_p), batched.
-    uint8 (..., C, H, W) -> float32 (..., C, size, size) in [0, 1]."""
+                             part: tuple[int, int] | None = None, sampling: str = "log-uniform",
+                             packed: bool = False) -> torch.Tensor:
+    """RandomResizedCrop(size, scale, ratio) + horizontal flip (p=flip_p), batched, the boxes
+    drawn over each whole image as `sampling` (crops.SAMPLINGS). uint8 (..., C, H, W) -> float32
+    (..., C, size, size) in [0, 1]. packed: x is a batch of packed.py's layout (..., C, S + 1, L),
+    each image of its own size; a transposed (portrait) entry is cropped and resized in storage
+    orientation and transposed back, which is the same resampling. Draws: crops.draw_uniforms of
+    the whole batch, then one flip uniform per image."""
     xf, lead = _flat(x)
-    n, c, h, w = xf.shape
+    n, c = xf.shape[:2]
     total, mine = _part(n, part)
-    top, left, ch, cw = (t[mine] for t in _rrc_params(total, h, w, scale, ratio, generator, x.device))
+    draws = draw_uniforms(total, lambda shape: _rand(shape, generator, x.device))[mine]
     flip = (_rand((total,), generator, x.device) < flip_p)[mine]
+    if packed:
+        height, width, tr = packed_geometry(xf)
+        xf = xf[:, :, :-1]
+    else:
+        height, width, tr = xf.shape[-2], xf.shape[-1], None
+    top, left, ch, cw = crop_boxes(draws, height, width, scale=scale, ratio=ratio, how=sampling)
     src = xf.float() / 255.0 if x.dtype == torch.uint8 else xf.float()
-    out = _resize_boxes(src, top, left, ch, cw, size)
+    if tr is None:
+        out = _resize_boxes(src, top, left, ch, cw, size)
+    else:  # a transposed entry's box, in storage coordinates: rows <-> columns
+        box = [torch.where(tr, a, b) for a, b in ((left, top), (top, left), (cw, ch), (ch, cw))]
+        out = _resize_boxes(src, *box, size)
+        out = torch.where(tr[:, None, None, None], out.transpose(-1, -2), out)
     out = torch.where(flip[:, None, None, None], out.flip(-1), out)
     return out.reshape(*lead, c, size, size)
 
@@ -182,18 +176,46 @@ def resize_shorter(x: torch.Tensor, size: int) -> torch.Tensor:
     return out.reshape(*lead, *out.shape[-3:])
 
 
+def _crop_flip(x, split, generator, part):
+    return random_crop_flip(x, padding=4, generator=generator, part=part)
+
+
+def _rrc_flip(x, split, generator, part):
+    return random_resized_crop_flip(x, size=split.image_size or 224, generator=generator, part=part,
+                                    sampling=split.crop_sampling, packed=split.train_layout == "packed")
+
+
+# DataSplit.augment -> the training augmentation (x, split, generator, part) -> images
+AUGMENTS = {"crop-flip": _crop_flip, "rrc-flip": _rrc_flip, "none": lambda x, split, generator, part: x}
+
+
+def _shared_rows(augment, x: torch.Tensor, split: DataSplit, generator: torch.Generator) -> torch.Tensor:
+    """augment over each node row of x (n, B, ...), every row from the same generator state: each
+    node draws what one node draws (the official ranks, seeded alike, draw the same crop and flip
+    for the j-th sample of their batches). The generator ends as after one row."""
+    if generator is None or x.dim() < 5:
+        raise ValueError("shared augmentation needs a generator and node-stacked images (n, B, C, H, W)")
+    start, rows = generator.get_state(), []
+    for row in x:
+        generator.set_state(start)
+        rows.append(augment(row, split, generator, None))
+    return torch.stack(rows)
+
+
 def augment_batch(x: torch.Tensor, split: DataSplit, train: bool,
-                  generator: torch.Generator | None = None, part: tuple[int, int] | None = None) -> torch.Tensor:
-    """Training: split.augment ('crop-flip' | 'rrc-flip' | 'none') then normalize. Test: normalize
-    only (test-time resize/center-crop is done by the loaders, so test batches are already
-    image_size). Returns float32 of x's leading shape. Text (token ids) passes through unchanged.
-    part: see the module docstring."""
+                  generator: torch.Generator | None = None, part: tuple[int, int] | None = None,
+                  shared: bool = False) -> torch.Tensor:
+    """Training: split.augment ('crop-flip' | 'rrc-flip' | 'none'; rrc-flip draws its boxes as
+    split.crop_sampling, over whole packed images when split.train_layout is 'packed') then
+    normalize. Test: normalize only (test-time resize/center-crop is done by the loaders, so test
+    batches are already image_size). Returns float32 of x's leading shape. Text (token ids) passes
+    through unchanged. part: see the module docstring. shared: every node row of x (n, B, ...)
+    gets the same draws (`_shared_rows`; part is then not needed: a row is a row)."""
     if split.kind == "text":
         return x
-    if train and split.augment == "crop-flip":
-        x = random_crop_flip(x, padding=4, generator=generator, part=part)
-    elif train and split.augment == "rrc-flip":
-        x = random_resized_crop_flip(x, size=split.image_size or 224, generator=generator, part=part)
-    elif train and split.augment != "none":
-        raise ValueError(f"unknown augment {split.augment!r}")
+    if train:
+        if split.augment not in AUGMENTS:
+            raise ValueError(f"unknown augment {split.augment!r}; valid: {', '.join(AUGMENTS)}")
+        augment = AUGMENTS[split.augment]
+        x = _shared_rows(augment, x, split, generator) if shared else augment(x, split, generator, part)
     return normalize(x, split.mean, split.std)

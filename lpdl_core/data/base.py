@@ -13,6 +13,7 @@ from typing import Literal
 
 import torch
 
+from ..config import FIDELITY_CHOICES
 from ..errors import LpdlError
 
 DEFAULT_ROOT = Path("data")
@@ -45,6 +46,11 @@ class DataSplit:
     augment: "crop-flip" (pad-4 random crop + horizontal flip, CIFAR), "rrc-flip"
     (RandomResizedCrop to image_size + flip, Imagenette), or "none".
     image_size: side of the images fed to the model (after augmentation / test crop).
+    crop_sampling: how "rrc-flip" draws its crop boxes (config.FIDELITY_CHOICES; augment.py's
+    crops.SAMPLINGS): "log-uniform" (current torchvision) or "uniform-swap" (torchvision 0.2.1,
+    the official code's); set from a run's Fidelity by registry.load_dataset.
+    train_layout: "dense" (x_train (N, C, H, W), one size) or "packed" (packed.py: whole images
+    of their own sizes, padded, each with its size in a header row; Imagenette's training set).
     """
 
     name: str
@@ -61,6 +67,8 @@ class DataSplit:
     std: tuple[float, ...] | None = None
     augment: Literal["crop-flip", "rrc-flip", "none"] = "none"
     image_size: int | None = None
+    crop_sampling: str = "log-uniform"
+    train_layout: Literal["dense", "packed"] = "dense"
     pad_id: int = 0
     extras: dict = field(default_factory=dict)
 
@@ -72,6 +80,11 @@ class DataSplit:
                 raise ValueError(f"{self.name}: {what} inputs ({len(a)}) and labels ({len(b)}) differ")
         if self.kind == "image" and (self.mean is None or self.std is None):
             raise ValueError(f"{self.name}: image datasets need mean and std")
+        if self.crop_sampling not in FIDELITY_CHOICES["crop_sampling"]:
+            raise ValueError(f"{self.name}: crop_sampling {self.crop_sampling!r} is not one of "
+                             f"{', '.join(FIDELITY_CHOICES['crop_sampling'])}")
+        if self.train_layout not in ("dense", "packed"):
+            raise ValueError(f"{self.name}: train_layout must be 'dense' or 'packed', got {self.train_layout!r}")
 
     @property
     def class_sizes(self) -> tuple[int, ...]:

@@ -5,12 +5,13 @@ Layout under the data root (see `base.data_root`)::
 
     <root>/imagenette2.tgz                       # the fastai archive (optional once extracted)
     <root>/imagenette2/{train,val}/<wnid>/*.JPEG  # what the loader reads
-    <root>/imagenette2.lpdl-cache.train256.val224.pt   # decoded uint8 tensors (written by us)
+    <root>/imagenette2.lpdl-cache.whole256x512.val256-224.pt   # decoded uint8 tensors (written by us)
 
 Labels follow torchvision's ImageFolder: class folders in sorted-wnid order -> 0..9, files in
 sorted name order within a class (the official code reads the data with ImageFolder).
 
-Transforms (official code, see docs/paper-vs-code.md, 'Transforms'):
+Transforms (official code, trainer_choco.py / trainer_ds.py lines 170-173 and 212-214; see
+docs/paper-vs-code.md, 'Transforms'):
   train: Resize(256) -> RandomResizedCrop(224) -> flip -> ImageNet normalization;
   test:  Resize(256) -> CenterCrop(224) -> ImageNet normalization.
 
@@ -20,36 +21,43 @@ deterministic parts at load time:
     official ImageFolder + transforms pipeline;
   * val images get the exact official test transform, Resize(256) (shorter side, bilinear) ->
     CenterCrop(224), stored as (3925, 3, 224, 224) uint8;
-  * train images get Resize(256) -> **CenterCrop(256)**, stored as (9469, 3, 256, 256) uint8;
-    the random part, RandomResizedCrop(224) + horizontal flip, runs batched on the device
-    (augment="rrc-flip"). Deviation: the official RandomResizedCrop samples its crop boxes from
-    the whole Resize(256) image (e.g. 341x256 for a 4:3 photo); we sample them from its central
-    256x256 square, so the two outer strips of non-square photos (for 4:3, 42 px at each end of
-    the 341 px long side, 1/4 of the image) are never seen in training and the RandomResizedCrop
-    area scale (0.08-1) is relative to the square. Ratio range and flip are unchanged.
+  * train images get Resize(256) only, the whole image with its aspect ratio (e.g. 341x256 for a
+    4:3 photo), stored packed (packed.py, train_layout="packed"): uint8 (9469, 3, 257, L), each
+    image landscape (portraits transposed) and zero-padded to L = min(2 x 256, the longest
+    resized side), row 256 holding its size. The random part, RandomResizedCrop(224) +
+    horizontal flip, runs batched on the device (augment="rrc-flip") with its boxes drawn over
+    the whole resized image, as the official code does, sampled as the run's
+    Fidelity.crop_sampling: "log-uniform" (current torchvision, the default) or "uniform-swap"
+    (torchvision 0.2.1, pinned by the official env.yml: uniform ratio, w/h swapped half the time,
+    square centre-crop fallback); crops.py gives both algorithms.
+    Cap: an image whose resized long side exceeds 2 x 256 = 512 px (aspect ratio above 2:1) is
+    centre-cropped to 512 along it when stored, so its crops come from that central 512x256;
+    the loader counts them (extras["train_long_capped"], and the description). At L = 512 the
+    train tensor is 3.7 GB (the old centre-square store was 1.9 GB).
 
 Decoding ~13.4k JPEGs takes a minute or two, so the decoded tensors are cached in a .pt file
 next to the extracted folder, keyed by the sizes and a fingerprint of the file listing, written
-atomically and read back with `torch.load(weights_only=True)`.
+atomically and read back with `torch.load(weights_only=True)`. CACHE_VERSION 3 (and the
+"whole" file name) is the packed store; a version-2 cache (`...train256.val256-224.pt`, the
+256x256 centre squares) is never read, and may be deleted.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 from .base import ChecksumError, DataSplit, DatasetMissing, data_root
+from .imagenette_images import Progress, decode_all, decode_whole, resize_center_crop  # noqa: F401 (API)
 
 URL = "https://s3.amazonaws.com/fast-ai-imageclas/imagenette2.tgz"
 MD5 = "fe2fc210e6bb7c5664d602c3cd71e612"
 ARCHIVE_NAME = "imagenette2.tgz"
 FOLDER_NAME = "imagenette2"
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 
 WNIDS = ("n01440764", "n02102040", "n02979186", "n03000684", "n03028079",
          "n03394916", "n03417042", "n03425413", "n03445777", "n03888605")
@@ -63,12 +71,10 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_SIZE = 224          # what the model sees (RandomResizedCrop / CenterCrop output)
 TEST_RESIZE = 256         # official Resize(256) before CenterCrop(224)
+LONG_CAP_RATIO = 2        # stored train images: long side at most 2 x the shorter (Resize) side
 
 # torchvision's ImageFolder IMG_EXTENSIONS (case-insensitive)
 _EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-
-Progress = Callable[[str, int, int], None]  # (split, done, total)
-
 
 def _missing_hint(root: Path) -> str:
     return (f"put {ARCHIVE_NAME} (md5 {MD5}) at {root / ARCHIVE_NAME} or the extracted folder "
@@ -137,43 +143,9 @@ def _fingerprint(paths: list[Path], base: Path) -> str:
     return h.hexdigest()
 
 
-def _decode(path: Path):
-    """Decode one image exactly as torchvision's ImageFolder default loader does:
-    PIL `Image.open(path).convert("RGB")` (grey and CMYK JPEGs become RGB)."""
-    from PIL import Image
-    with Image.open(path) as im:
-        return im.convert("RGB")
-
-
-def resize_center_crop(img, resize: int, crop: int) -> torch.Tensor:
-    """torchvision Resize(resize) (shorter side, bilinear with antialias — PIL's resampling on a
-    PIL image, as in the official pipeline) then CenterCrop(crop); returns uint8 (3, crop, crop).
-    Accepts a PIL image or a uint8 (3, H, W) tensor."""
-    from torchvision.transforms.v2 import functional as F
-    img = F.resize(img, [resize], interpolation=F.InterpolationMode.BILINEAR, antialias=True)
-    img = F.center_crop(img, [crop, crop])
-    return img if isinstance(img, torch.Tensor) else F.pil_to_tensor(img)
-
-
-def _decode_all(paths: list[Path], resize: int, crop: int, split: str,
-                progress: Progress | None, workers: int) -> torch.Tensor:
-    out = torch.empty((len(paths), 3, crop, crop), dtype=torch.uint8)
-
-    def work(i: int) -> int:
-        out[i] = resize_center_crop(_decode(paths[i]), resize, crop)
-        return i
-
-    if progress is not None:
-        progress(split, 0, len(paths))
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for done, _ in enumerate(pool.map(work, range(len(paths))), 1):
-            if progress is not None and (done % 256 == 0 or done == len(paths)):
-                progress(split, done, len(paths))
-    return out
-
-
 def cache_path(root: Path, train_size: int) -> Path:
-    return root / f"{FOLDER_NAME}.lpdl-cache.train{train_size}.val{TEST_RESIZE}-{IMAGE_SIZE}.pt"
+    return (root / f"{FOLDER_NAME}.lpdl-cache.whole{train_size}x{LONG_CAP_RATIO * train_size}."
+                   f"val{TEST_RESIZE}-{IMAGE_SIZE}.pt")
 
 
 def _load_cache(path: Path, fingerprint: str) -> dict | None:
@@ -184,6 +156,8 @@ def _load_cache(path: Path, fingerprint: str) -> dict | None:
     except Exception:  # unreadable / truncated / foreign file: rebuild it
         return None
     if not isinstance(d, dict) or d.get("version") != CACHE_VERSION or d.get("fingerprint") != fingerprint:
+        return None
+    if type(d.get("train_long_capped")) is not int:
         return None
     try:
         if d.get("content_sha256") != _content_sha256(d):
@@ -222,10 +196,11 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
                     workers: int | None = None, use_cache: bool = True) -> DataSplit:
     """Load imagenette2 as device-ready uint8 tensors.
 
-    Returns a DataSplit with x_train (9469, 3, train_size, train_size) uint8 (Resize(train_size)
-    + CenterCrop(train_size); augment="rrc-flip" to 224 at train time), x_test (3925, 3, 224, 224)
-    uint8 (exact official Resize(256) + CenterCrop(224)), labels in sorted-wnid order, ImageNet
-    mean/std. The extracted folder is found (or made from the md5-checked archive, or downloaded
+    Returns a DataSplit with x_train the whole Resize(train_size) images, packed
+    (train_layout="packed": uint8 (9469, 3, train_size + 1, L), packed.py; augment="rrc-flip" to
+    224 at train time, boxes over the whole image), x_test (3925, 3, 224, 224) uint8 (exact
+    official Resize(256) + CenterCrop(224)), labels in sorted-wnid order, ImageNet mean/std.
+    crop_sampling is the default "log-uniform"; registry.load_dataset sets a run's. The extracted folder is found (or made from the md5-checked archive, or downloaded
     when `download` and online) under `data_root(root)`; otherwise DatasetMissing says what to put
     where. `progress(split, done, total)` is called while decoding (nothing is printed).
     """
@@ -243,11 +218,12 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
     from_cache = d is not None
     if d is None:
         w = workers if workers is not None else min(8, os.cpu_count() or 1)
+        x_train, capped = decode_whole(tr_paths, train_size, "train", progress, w, LONG_CAP_RATIO)
         d = {
-            "version": CACHE_VERSION, "fingerprint": fp,
-            "x_train": _decode_all(tr_paths, train_size, train_size, "train", progress, w),
+            "version": CACHE_VERSION, "fingerprint": fp, "train_long_capped": capped,
+            "x_train": x_train,
             "y_train": torch.tensor(tr_labels, dtype=torch.int64),
-            "x_test": _decode_all(te_paths, TEST_RESIZE, IMAGE_SIZE, "val", progress, w),
+            "x_test": decode_all(te_paths, TEST_RESIZE, IMAGE_SIZE, "val", progress, w),
             "y_test": torch.tensor(te_labels, dtype=torch.int64),
         }
         if use_cache:
@@ -266,12 +242,14 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
         warnings.append(f"WARNING: val has {len(d['y_test'])} images, official imagenette2 val "
                         f"has {OFFICIAL_VAL_SIZE}")
 
+    capped, cap = d["train_long_capped"], d["x_train"].shape[-1]
     desc = (f"Imagenette (fastai imagenette2, full size) from {folder}: {len(d['y_train']):,} train / "
-            f"{len(d['y_test']):,} val images, 10 classes in sorted-wnid order. Train stored as "
-            f"Resize({train_size})+CenterCrop({train_size}) uint8, augmented on device with "
-            f"RandomResizedCrop({IMAGE_SIZE})+flip sampled from that central square (official: from "
-            f"the whole Resize(256) image — small deviation). Val: exact official "
-            f"Resize({TEST_RESIZE})+CenterCrop({IMAGE_SIZE}). ImageNet mean/std normalization.")
+            f"{len(d['y_test']):,} val images, 10 classes in sorted-wnid order. Train stored as the "
+            f"whole Resize({train_size}) image (uint8, packed, long side at most {cap} px: {capped} "
+            f"image(s) wider than that centre-cropped to it), augmented on device with "
+            f"RandomResizedCrop({IMAGE_SIZE})+flip with boxes over the whole image, as the official "
+            f"code. Val: exact official Resize({TEST_RESIZE})+CenterCrop({IMAGE_SIZE}). ImageNet "
+            f"mean/std normalization.")
     if warnings or notes:
         desc += " " + " ".join(warnings + notes)
     return DataSplit(
@@ -279,6 +257,8 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
         x_train=d["x_train"], y_train=d["y_train"], x_test=d["x_test"], y_test=d["y_test"],
         standin_for=None, description=desc, class_names=CLASS_NAMES,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, augment="rrc-flip", image_size=IMAGE_SIZE,
+        train_layout="packed",
         extras={"wnids": WNIDS, "folder": str(folder), "cache": str(cpath), "from_cache": from_cache,
-                "train_stored_size": train_size, "warnings": tuple(warnings + notes)},
+                "train_resize": train_size, "train_long_side": cap, "train_long_capped": capped,
+                "warnings": tuple(warnings + notes)},
     )

@@ -3,6 +3,7 @@ offline machines; each loader says what to put where). Stand-ins ship with the p
 Python/scikit-learn and are always named as stand-ins."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from ..config import DATASETS, PAPER_DATASETS, STANDIN_DATASETS as STANDINS
@@ -72,11 +73,18 @@ OFFLINE_HINT = ("This run is offline (lpdl train --offline, as every workflow tr
                 "the data first with `lpdl prefetch` or the workflow's download rule, `snakemake download`.")
 
 
-def load_dataset(name: str, *, offline: bool = False, **kwargs) -> DataSplit:
+def load_dataset(name: str, *, offline: bool = False, crop_sampling: str | None = None, **kwargs) -> DataSplit:
     """Load a dataset by name; keyword arguments go to its loader (e.g. root=..., tokenizer=...).
 
     offline=True: nothing is downloaded, and a missing dataset's DatasetMissing says how to
-    prefetch it (the hub side of offline is HF_HUB_OFFLINE=1, set by `lpdl train --offline`)."""
+    prefetch it (the hub side of offline is HF_HUB_OFFLINE=1, set by `lpdl train --offline`).
+    crop_sampling: a run's Fidelity.crop_sampling, recorded on the split (DataSplit.crop_sampling)
+    for its "rrc-flip" augmentation; None keeps the loader's ("log-uniform")."""
+    split = _load(name, offline, kwargs)
+    return split if crop_sampling is None else replace(split, crop_sampling=crop_sampling)
+
+
+def _load(name: str, offline: bool, kwargs: dict) -> DataSplit:
     loader = _loader(name)
     if not offline:
         return loader(**kwargs)

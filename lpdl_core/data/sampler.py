@@ -17,13 +17,17 @@ import torch
 
 
 class NodeSampler:
-    def __init__(self, parts: Sequence[np.ndarray], batch_size: int, seed: int = 1234):
+    """shared=False: each node shuffles its partition with its own stream, seeded (seed, node,
+    epoch). shared=True (the official ranks, seeded alike): every node draws the same local
+    permutations, seeded (seed, epoch), so nodes with identical shards see identical batches."""
+
+    def __init__(self, parts: Sequence[np.ndarray], batch_size: int, seed: int = 1234, shared: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not parts or any(len(p) == 0 for p in parts):
             raise ValueError("every node needs a non-empty partition")
         self.parts = [np.asarray(p, dtype=np.int64) for p in parts]
-        self.batch_size, self.seed = batch_size, seed
+        self.batch_size, self.seed, self.shared = batch_size, seed, shared
         self.epoch_len = max(len(p) for p in self.parts)
 
     @property
@@ -35,8 +39,9 @@ class NodeSampler:
         return math.ceil(self.epoch_len / self.batch_size)
 
     def _stream(self, node: int, epoch: int) -> np.ndarray:
-        # Seeded by (seed, node, epoch): any epoch can be regenerated exactly on resume.
-        rng = np.random.default_rng([self.seed, node, epoch])
+        # Seeded by (seed, node, epoch), or (seed, epoch) when shared: any epoch can be regenerated
+        # exactly on resume.
+        rng = np.random.default_rng([self.seed, epoch] if self.shared else [self.seed, node, epoch])
         part = self.parts[node]
         reps = math.ceil(self.epoch_len / len(part))
         return np.concatenate([part[rng.permutation(len(part))] for _ in range(reps)])[:self.epoch_len]

@@ -171,9 +171,9 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         return done
     resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
-    split = load_dataset(plan.dataset, offline=offline, **plan.dataset_kwargs)
+    split = load_dataset(plan.dataset, offline=offline, crop_sampling=plan.fidelity.crop_sampling, **plan.dataset_kwargs)
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
-                       compile_mode=compile_mode)
+                       compile_mode=compile_mode, rng_streams=plan.fidelity.rng_streams)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)

@@ -74,7 +74,8 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
         key = (plan0.dataset, repr(sorted(plan0.dataset_kwargs.items())))
         try:
             if key not in splits:
-                splits[key] = load_dataset(plan0.dataset, offline=offline, **plan0.dataset_kwargs)
+                splits[key] = load_dataset(plan0.dataset, offline=offline, crop_sampling=fidelity.crop_sampling,
+                                           **plan0.dataset_kwargs)
         except (LpdlError, OSError, ValueError) as e:  # e.g. a dataset that is not there (offline)
             out.update({item[0].cell_id: e for item in items})
             continue
@@ -115,7 +116,8 @@ def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compi
         for d in dirs:  # one live run per run folder (lpdl_core.pipeline.runlock)
             held.enter_context(hold_run_folder(d))
             d.mkdir(parents=True, exist_ok=True)
-        engine = EngineCfg(executor=executor, device=device, compile=compile, compile_mode=compile_mode)
+        engine = EngineCfg(executor=executor, device=device, compile=compile, compile_mode=compile_mode,
+                           rng_streams=stack[0][1].fidelity.rng_streams)
 
         def progress(ev: dict) -> None:
             if "cell" in ev:

@@ -74,6 +74,7 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     runs.csv and tables/*.csv), shown side by side ("Paper text vs official code")."""
     from .html import render_html
     from .latex import build_pdf, write_latex
+    from .merge import merge_view
     from .modes_view import modes_view
     from .tables import paper_tables
 
@@ -93,10 +94,12 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     modes = modes_view(data)
     if modes is not None:
         log(f"modes: {modes.title} ({compare_dir}): {modes.sentence}")
-    written = write_latex(out, header, ptables, claims, figs, effects, modes)
+    merge = merge_view(data.runs, data.profile)
+    log(f"merge: {merge.counted} runs with the accuracy before the final rounds, over {len(merge.tables)} tables")
+    written = write_latex(out, header, ptables, claims, figs, effects, modes, merge)
     ok, why = build_pdf(out) if pdf else (False, "PDF disabled (pdf=False)")
     header = replace(header, facts=header.facts + (("PDF", pdf_status(ok, why)),))
-    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects, modes))
+    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects, modes, merge))
     claims_path = write_json(out / "claims.json", [asdict(c) for c in claims])
     for c in claims:
         log(f"claim {c.number}: {c.verdict}: {c.evidence}")

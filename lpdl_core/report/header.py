@@ -53,6 +53,8 @@ FIDELITY_MEANING = {
     "final_trailing_forward": {False: "no forward after the final rounds",
                                True: "one train-mode forward after the final rounds (official code)"},
     "test_batch": {1024: "test batch 1024", 64: "test batch 64 (official code)"},
+    "rng_streams": {"per-node": "each node draws its own random streams",
+                    "shared": "all nodes share one random stream (official code)"},
 }
 
 

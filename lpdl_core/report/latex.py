@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 
 from .effects_view import effects_tex
+from .merge import MergeView
+from .merge_view import merge_tex
 from .modes_view import ModesView, modes_tex
 from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable
 from .table_style import CELL_COLOURS, FLAT_COLOUR, tex_tabular
@@ -59,9 +61,10 @@ def table_tex(t: PaperTable) -> str:
 
 def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
                figures: list[Figure], figure_files: dict[str, str], effects: list | None = None,
-               modes: ModesView | None = None) -> str:
+               modes: ModesView | None = None, merge: MergeView | None = None) -> str:
     """A complete article that inputs tables/<name>.tex and includes figure_files[name]; modes:
-    the paper text beside the official code (report.modes_view), before the tables when given."""
+    the paper text beside the official code (report.modes_view), merge: the merge step
+    (report.merge_view), each before the tables when given."""
     titles = {t.name: heading(t.name, t.title) for t in tables}
     figs = [dict(path=Tex(figure_files[f.name]), label=Tex(_safe_name(f.name)),
                  title=heading(f.name, f.title), caption=f.caption)
@@ -70,11 +73,13 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
         header=header, claims=list(claims), verdict_colours=VERDICT_COLOURS,
         effects=Tex(effects_tex(effects, tex_escape, titles)) if effects is not None else None,
         modes=Tex(modes_tex(modes)) if modes is not None else None,
+        merge=Tex(merge_tex(merge)) if merge is not None else None,
         tables=[dict(file=Tex(f"{_safe_name(t.name)}.tex")) for t in tables], figures=figs)
 
 
 def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims: list[Claim],
-                figures: list[Figure], effects: list | None = None, modes: ModesView | None = None) -> dict:
+                figures: list[Figure], effects: list | None = None, modes: ModesView | None = None,
+                merge: MergeView | None = None) -> dict:
     """Write tables/*.tex, figures/*.pdf|png and report.tex under out_dir.
 
     Returns {"report": Path, "tables": {name: Path}, "figures": {name: Path}}."""
@@ -94,7 +99,7 @@ def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims:
         figure_files[f.name] = rel
         written["figures"][f.name] = out_dir / rel
     report = out_dir / "report.tex"
-    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes), encoding="utf-8")
+    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes, merge), encoding="utf-8")
     written["report"] = report
     return written
 

@@ -36,7 +36,7 @@ from ..decentral.topology import Topology
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import lr_at, lr_at_step
-from .train import RunCfg, RunResult, epoch_view, run_final_rounds
+from .train import RunCfg, RunResult, epoch_view, run_final_rounds, shared_streams
 
 # RunCfg fields every cell of a pack shares (the rest, skew and partition_seed, may differ)
 SHARED = ("epochs", "batch_size", "lr", "schedule", "final_gossip_rounds", "final_rounds", "data_on",
@@ -127,11 +127,12 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
         xs, ys = [], []
         for idx, g in zip(idxs, gens.gens):
             xb, yb = x_tr[idx.to(store)].to(dev), y_tr[idx.to(store)].to(dev)
-            xs.append(augment_batch(xb, split, train=True, generator=g))
+            xs.append(augment_batch(xb, split, train=True, generator=g, shared=shared))
             ys.append(yb)
         return torch.cat(xs), torch.cat(ys)
 
-    samplers = [NodeSampler(p, run.batch_size, seed=r.run.partition_seed) for p, r in zip(parts, runs)]
+    shared = engine.rng_streams == "shared"
+    samplers = [NodeSampler(p, run.batch_size, seed=r.run.partition_seed, shared=shared) for p, r in zip(parts, runs)]
     iters = samplers[0].iters_per_epoch
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     K = len(runs)
@@ -141,7 +142,7 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
     fp = fingerprint(identity={"pack": [r.identity for r in runs]},
                      data=f"{split.name} ({len(split.x_train)} training samples)",
                      plans=[fingerprint(identity=None, topology=r.topology, gossip=r.gossip, run=r.run) for r in runs],
-                     optim=optim_cfg, layout=sim.layout, architecture=sim.architecture)
+                     optim=optim_cfg, layout=sim.layout, architecture=sim.architecture, **shared_streams(engine))
     ckpt = Checkpoints(checkpoint, sim) if checkpoint is not None else None
     if ckpt is not None:
         resumed = ckpt.resume(fp, run.epochs, sim, gens, progress)

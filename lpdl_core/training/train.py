@@ -110,6 +110,12 @@ class RunCfg:
         return self.epoch_test == "before-last-gossip" and it == iters_per_epoch - 1
 
 
+def shared_streams(engine: EngineCfg) -> dict:
+    """The checkpoint fingerprint's part for shared random streams (none for per-node streams, so
+    the fingerprints of per-node runs read as before the option existed)."""
+    return {"rng_streams": "shared"} if engine.rng_streams == "shared" else {}
+
+
 def epoch_view(sim, run: RunCfg):
     """Where the epoch's test reads the models: after the last gossip, or before it."""
     return sim.premix_view() if run.epoch_test == "before-last-gossip" else contextlib.nullcontext()
@@ -200,10 +206,13 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
             xb, yb = xb.pin_memory(), yb.pin_memory()
         return xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
 
-    sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed)
+    shared = engine.rng_streams == "shared"
+    sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed, shared=shared)
     # a NodeProcess trains its own row: the augmentation draws the whole batch's randomness, applies its row's
-    part = None if sim.rows == slice(None) else (sim.rows.start, topology.n)
-    to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen, part=part)  # noqa: E731
+    # (shared streams: every node, this one too, draws what one node draws)
+    part = None if sim.rows == slice(None) or shared else (sim.rows.start, topology.n)
+    to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen, part=part,  # noqa: E731
+                                        shared=shared)
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     curve: list[dict] = []
     status, diverged_at = "ok", None
@@ -211,7 +220,7 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     # What the checkpoint must match: this run's identity and its whole resolved plan.
     fp = fingerprint(identity=identity, data=f"{split.name} ({len(split.x_train)} training samples)",
                      topology=topology, gossip=gossip, optim=optim_cfg, run=run, layout=sim.layout,
-                     architecture=sim.architecture)
+                     architecture=sim.architecture, **shared_streams(engine))
     ckpt = Checkpoints(checkpoint, sim) if checkpoint is not None else None
     if ckpt is not None:
         resumed = ckpt.resume(fp, run.epochs, sim, aug_gen, progress)

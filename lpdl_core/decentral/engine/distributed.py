@@ -221,7 +221,9 @@ class NodeProcess(Simulator):
                                         cfg=self.gossip_cfg, layout=self.layout)
 
     def _loss_and_grad(self, xb: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.loop_rng or self.noise is None:
+        # shared streams: every node draws what node 0 draws, from the same state, as each rank does
+        # by itself; per node: replay the other nodes' share of the loop executor's stream
+        if not self.loop_rng or self.noise is None or self.engine_cfg.rng_streams == "shared":
             return super()._loss_and_grad(xb, yb)
         shape = (tuple(xb.shape), tuple(yb.shape))  # an epoch's last batch may be smaller
         if shape not in self._noise:

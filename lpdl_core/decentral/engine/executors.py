@@ -52,12 +52,27 @@ def _state(module: nn.Module) -> list[nn.Parameter]:
     return [p for _, p in node_parameters(module)]
 
 
+def _rng_state(device: torch.device):
+    """The global generators' state: the CPU one, and the device's own on CUDA."""
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(state, device: torch.device) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
+
+
 class LoopExecutor:
     name: Literal["loop"] = "loop"
 
     def __init__(self, make_model: Callable[[], nn.Module], n: int, layout: Layout,
-                 Z: torch.Tensor, loss_fn: LossFn):
+                 Z: torch.Tensor, loss_fn: LossFn, shared_rng: bool = False):
         self.layout, self.Z, self.loss_fn = layout, Z, loss_fn
+        # shared_rng: every node's forward/backward starts from the same global RNG state (the
+        # official ranks, seeded alike), so they draw the same dropout masks and rounding noise
+        self.shared_rng = shared_rng
         self.G = torch.zeros_like(Z)
         self.models = [make_model().to(Z.device) for _ in range(n)]
         for i, m in enumerate(self.models):
@@ -73,7 +88,10 @@ class LoopExecutor:
         """Per-node mean loss (n,) and gradient rows G (n, d) on node-stacked batches."""
         self.G.zero_()
         losses = []
+        start = _rng_state(self.Z.device) if self.shared_rng else None
         for i, m in enumerate(self.models):
+            if start is not None:
+                _set_rng_state(start, self.Z.device)
             m.train()
             loss = self.loss_fn(m(xb[i]), yb[i])
             loss.backward()
@@ -108,7 +126,7 @@ class BatchedExecutor:
     name: Literal["batched"] = "batched"
 
     def __init__(self, make_model: Callable[[], nn.Module], n: int, layout: Layout,
-                 Z: torch.Tensor, loss_fn: LossFn, param_transform=None):
+                 Z: torch.Tensor, loss_fn: LossFn, param_transform=None, shared_rng: bool = False):
         self.layout, self.Z, self.loss_fn = layout, Z, loss_fn
         self.module = make_model().to(Z.device)
         if len(_state(self.module)) != len(layout.shapes):
@@ -126,9 +144,11 @@ class BatchedExecutor:
             out = functional_call(self.module, (params, frozen, buffers), (x,))
             return self.loss_fn(out, y)
 
-        # randomness="different": dropout masks differ per node, as with n separate modules.
-        self._grad = vmap(grad_and_value(node_loss), randomness="different")
-        self._losses = vmap(node_loss, randomness="different")
+        # randomness="different": dropout masks and rounding noise differ per node, as with n
+        # separate modules; "same" (shared_rng): every node draws the same, as the official ranks.
+        randomness = "same" if shared_rng else "different"
+        self._grad = vmap(grad_and_value(node_loss), randomness=randomness)
+        self._losses = vmap(node_loss, randomness=randomness)
         self._traced_step = self._traced  # replaced by its compiled form (compile())
 
     def _params(self) -> dict[str, torch.Tensor]:
@@ -206,13 +226,14 @@ EXECUTORS = tuple(REGISTRY)  # == lpdl_core.config.EXECUTORS (the torch-free cop
 
 
 def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn,
-                  param_transform=None):
+                  param_transform=None, shared_rng: bool = False):
     """The executor registered as `kind`, running n replicas of `make_model()` over Z.
-    param_transform: a ParamTransform factory, used where it saves work (the batched executor)."""
+    param_transform: a ParamTransform factory, used where it saves work (the batched executor).
+    shared_rng: every node draws the same random values (EngineCfg.rng_streams "shared")."""
     try:
         cls = REGISTRY[kind]
     except KeyError:
         raise ValueError(f"engine.executor must be one of {tuple(REGISTRY)}, got {kind!r}") from None
     if cls is BatchedExecutor:
-        return cls(make_model, n, layout, Z, loss_fn, param_transform)
-    return cls(make_model, n, layout, Z, loss_fn)
+        return cls(make_model, n, layout, Z, loss_fn, param_transform, shared_rng=shared_rng)
+    return cls(make_model, n, layout, Z, loss_fn, shared_rng=shared_rng)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import DEVICES, EXECUTORS  # noqa: E402
+from ...config import DEVICES, EXECUTORS, RNG_STREAMS  # noqa: E402
 from ...errors import DeviceUnavailable
 from .. import algorithms, optim
 from ..algorithms.base import GossipCfg, Round
@@ -49,6 +49,10 @@ class EngineCfg:
         compressors' random draws.
     compile: run each training iteration as one torch.compile graph (batched executor only;
         engine/compiled.py). compile_mode: torch.compile's mode, "auto" = CUDA graphs on CUDA.
+    rng_streams: "per-node" (each node draws its own randomness: dropout masks, 8-bit rounding
+        noise, and in training its sample order and augmentation) | "shared" (the official code,
+        whose ranks all seed torch identically: every node draws the same values, so nodes with
+        identical shards see identical batches and identical rounding noise).
     """
 
     executor: Literal["loop", "batched", "distributed"] = "loop"
@@ -56,8 +60,11 @@ class EngineCfg:
     seed: int = 1234
     compile: bool = False
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
+    rng_streams: Literal["per-node", "shared"] = "per-node"
 
     def __post_init__(self) -> None:
+        if self.rng_streams not in RNG_STREAMS:
+            raise ValueError(f"engine.rng_streams must be one of {', '.join(RNG_STREAMS)}, got {self.rng_streams!r}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"engine.executor must be one of {EXECUTORS}, got {self.executor!r}")
         if self.device not in DEVICES:
@@ -105,7 +112,7 @@ class Simulator:
         self.z = self.x.clone()
         self.frozen = self.layout.frozen_mask(self.device)  # None: every tensor is trainable
         self.executor = make_executor(engine.executor, make_model, n, self.layout, self.z, loss_fn,
-                                      param_transform)
+                                      param_transform, shared_rng=engine.rng_streams == "shared")
         self.algorithm = algorithms.get(gossip.algorithm)
         self.algo_state = self._init_algorithm()
         self.opt_state = optim.init(self.x, optim_cfg)
