@@ -92,7 +92,7 @@ FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
     "choco_replicas": ("per-neighbour", "official-aggregate"),
     "bytes_metric": ("exact", "legacy"),
     "cell_settings": ("paper", "run.sh"),
-    "final_rounds": ("gossip-only", "train-forward"),
+    "final_rounds": ("gossip-only", "train-forward", "allreduce"),
     "crop_sampling": ("log-uniform", "uniform-swap"),
     "epoch_test": ("after-gossip", "before-last-gossip"),
     "final_round_limit": ("cell", "epoch-batches"),
@@ -127,7 +127,9 @@ class Fidelity:
         epochs and milestones, ...; lpdl_core.pipeline.runsh).
     final_rounds: "gossip-only" (the final gossip rounds only mix) | "train-forward" (official:
         each final round first runs a train-mode forward and backward on a batch, with no
-        optimizer step, updating activation ranges and normalization statistics).
+        optimizer step, updating activation ranges and normalization statistics) | "allreduce"
+        (neither: one exact average of the trained models and buffers in place of the rounds,
+        to compare the merges; a cell with no final rounds has none).
     crop_sampling: how RandomResizedCrop draws a training crop's aspect ratio (Imagenette):
         "log-uniform" (current torchvision, the standard augmentation the paper names) |
         "uniform-swap" (the official code's torchvision 0.2.1: uniform in [3/4, 4/3], width and

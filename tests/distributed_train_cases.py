@@ -49,6 +49,10 @@ RUNS = {
                                      final_rounds="train-forward", final_round_limit="epoch-batches",
                                      final_trailing_forward=True, epoch_test="before-last-gossip",
                                      test_batch=64)),
+    # one exact average (an all-reduce: collectives across the ranks) in place of the final rounds
+    "ds-allreduce-fp32": dict(model="fp32", graph="directed-ring", gossip=GossipCfg(algorithm="ds", eta=1.0),
+                              run=RunCfg(epochs=2, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3,
+                                         final_rounds="allreduce")),
 }
 
 

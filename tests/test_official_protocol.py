@@ -264,3 +264,42 @@ def test_a_run_with_shared_streams_trains_and_its_checkpoint_names_them(tmp_path
     assert shared_streams(EngineCfg()) == {}  # per-node fingerprints read as before the option
     assert fingerprint(identity=None, **shared_streams(EngineCfg(rng_streams="shared"))) != \
         fingerprint(identity=None, **shared_streams(EngineCfg()))
+
+
+@pytest.mark.parametrize("executor", ["loop", "batched"])
+def test_allreduce_round_is_one_exact_average_of_models_and_buffers(executor):
+    """final_rounds allreduce: every node's z becomes z̄ (push-sum weights kept), floating buffers
+    their node average, and a ring all-reduce's 2(n − 1)/n · d float32 values are counted."""
+    from test_step_ops import _sim as step_sim, _batch
+    sim = step_sim("int8", n=4, executor=executor)  # 8-bit: activation ranges are buffers
+    for s in range(2):
+        sim.train_step(*_batch(4, seed=s), 0.1)
+    zbar, want_buffers = sim.z.mean(0), sim.average_buffers()
+    sent = sim.bytes_sent.clone()
+    sim.allreduce_round()
+    assert torch.allclose(sim.z, zbar.expand_as(sim.z), rtol=1e-6, atol=1e-7)  # x/u·u/u: one rounding each
+    got = sim.executor.stacked_buffers()
+    for k, b in want_buffers.items():
+        if b.is_floating_point():
+            assert torch.equal(got[k], b.expand_as(got[k])), k
+    assert torch.equal(sim.bytes_sent - sent, torch.full_like(sent, 2 * 3 / 4 * sim.layout.d * 4))
+
+
+def test_allreduce_in_a_pack_averages_each_cell_alone():
+    from lpdl_core.decentral.engine.packed import PackedSimulator, PackMember
+    members = [PackMember(topology=Topology(name="directed-ring", n=4), gossip=GOSSIP, seed=s) for s in (1, 2)]
+    sim = PackedSimulator(small_cnn, members=members, optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"))
+    xb, yb = _batches(1)[0]
+    sim.train_step(torch.cat([xb, xb]), torch.cat([yb, yb]), 0.05)
+    means = [sim.cell_average(k) for k in range(2)]
+    sim.allreduce_round()
+    for k, rows in enumerate(sim.rows_of):
+        assert torch.allclose(sim.z[rows], means[k].expand_as(sim.z[rows]), rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(means[0], means[1])
+
+
+def test_a_run_with_allreduce_final_rounds_ends_in_consensus():
+    split = subset(load_dataset("digits"), n_train=128, n_test=64)
+    res = _train(split, final_rounds="allreduce")
+    assert res.final["consensus_distance"] < 1e-5 < res.before_final["consensus_distance"]
+    assert Fidelity(final_rounds="allreduce").mode == "mixed"

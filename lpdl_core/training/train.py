@@ -36,7 +36,9 @@ class RunCfg:
     gossip-only rounds after training (official: 50 on CIFAR, 36 on Imagenette; 0 = off);
     final_rounds: "gossip-only" mixes the models and nothing else; "train-forward" first runs a
     train-mode forward and backward on each node's next batch (no optimizer step), as the official
-    code's final rounds do, which updates activation ranges and normalization statistics.
+    code's final rounds do, which updates activation ranges and normalization statistics;
+    "allreduce" replaces the rounds by one exact average of the models and their buffers
+    (Simulator.allreduce_round), the merge the gossip rounds approximate.
     data_on: "device" keeps the whole dataset on the training device (fastest); "host" keeps it in
     (pinned) host memory and copies each node-stacked batch over, for datasets too big for the
     device. Augmentation runs on the training device either way.
@@ -66,7 +68,7 @@ class RunCfg:
     skew: float = 0.0
     partition_seed: int = 1234
     final_gossip_rounds: int = 0
-    final_rounds: Literal["gossip-only", "train-forward"] = "gossip-only"
+    final_rounds: Literal["gossip-only", "train-forward", "allreduce"] = "gossip-only"
     data_on: Literal["device", "host"] = "device"
     curve_eval_samples: int | None = None
     epoch_test: Literal["after-gossip", "before-last-gossip"] = "after-gossip"
@@ -85,8 +87,9 @@ class RunCfg:
             raise ValueError("run.final_gossip_rounds must be >= 0")
         if self.curve_eval_samples is not None and self.curve_eval_samples < 1:
             raise ValueError("run.curve_eval_samples must be >= 1 or None")
-        if self.final_rounds not in ("gossip-only", "train-forward"):
-            raise ValueError(f"run.final_rounds must be 'gossip-only' or 'train-forward', got {self.final_rounds!r}")
+        if self.final_rounds not in ("gossip-only", "train-forward", "allreduce"):
+            raise ValueError(f"run.final_rounds must be one of gossip-only, train-forward, allreduce, "
+                             f"got {self.final_rounds!r}")
         if self.data_on not in ("device", "host"):
             raise ValueError(f"run.data_on must be 'device' or 'host', got {self.data_on!r}")
         for name, allowed in (("epoch_test", ("after-gossip", "before-last-gossip")),
@@ -125,6 +128,9 @@ def run_final_rounds(sim, run: RunCfg, iters_per_epoch: int, next_batch: Callabl
     """The final rounds of a run that trained to the end: gossip-only, or (official) a train-mode
     forward on next_batch() before each gossip, then possibly one trailing forward."""
     rounds = run.final_round_count(iters_per_epoch)
+    if rounds and run.final_rounds == "allreduce":  # one exact average in place of the rounds
+        sim.allreduce_round()
+        return
     for _ in range(rounds):
         if run.final_rounds == "train-forward":
             sim.forward_round(*next_batch())

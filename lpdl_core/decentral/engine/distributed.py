@@ -142,6 +142,9 @@ class NodeProcess(Simulator):
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
+    def _group_means(self, rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        return self.average, self.average_buffers(), self.n  # collectives over all ranks
+
     def average_buffers(self) -> dict[str, torch.Tensor]:
         out = {}
         for k, b in self.executor.stacked_buffers().items():

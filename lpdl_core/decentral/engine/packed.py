@@ -126,6 +126,9 @@ class PackedSimulator(Simulator):
             raise ValueError(f"checkpoint holds {len(states)} cells, this pack {len(self.members)}")
         return tuple(restored(s, d, own) for s, d in zip(self.algo_state, states))
 
+    def _merge_groups(self) -> list[slice]:
+        return list(self.rows_of)  # an all-reduce never mixes cells
+
     def cell_average(self, k: int) -> torch.Tensor:
         """z̄ of cell k: the mean of its rows of z, shape (d,)."""
         return self.z[self.rows_of[k]].mean(0)

@@ -188,6 +188,32 @@ class Simulator:
         self.gossip_round()
         return losses
 
+    def allreduce_round(self) -> None:
+        """One exact average in place of the final gossip rounds (an all-reduce of the trained
+        models): every node's de-biased model becomes z̄ = (1/m) Σ_i z_i over its group of m nodes
+        (all nodes; a pack: each cell's), keeping its push-sum weight (x_i = z̄ u_i), and its
+        floating buffers become their node average. Counted on the wire as a ring all-reduce:
+        2(m − 1)/m · d float32 values sent per node."""
+        stacked, x = self.executor.stacked_buffers(), self.x.clone()
+        for rows in self._merge_groups():
+            zbar, buffers, m = self._group_means(rows)
+            x[rows] = zbar * self.u[rows, None]
+            for k, b in buffers.items():
+                if stacked[k].is_floating_point():
+                    stacked[k][rows] = b
+            self.bytes_sent[rows] += 2 * (m - 1) / m * self.layout.d * 4
+        self.x = x
+        self.z.copy_(self.x / self.u[:, None])
+        self.executor.load_buffers(stacked)
+
+    def _merge_groups(self) -> list[slice]:
+        """The row groups an all-reduce averages over (a pack overrides it: one per cell)."""
+        return [slice(None)]
+
+    def _group_means(self, rows: slice) -> tuple[torch.Tensor, dict[str, torch.Tensor], int]:
+        """(z̄, averaged buffers, node count) of a row group (a NodeProcess: by collectives)."""
+        return self.z[rows].mean(0), self.average_buffers(rows), self.z[rows].shape[0]
+
     def forward_only(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         """A train-mode forward and backward with no optimizer step and no gossip: what the
         official final rounds' last forward amounts to, as its transfer is never applied."""
