@@ -102,3 +102,34 @@ def test_bench_logs_each_step(capsys):
     out, err = capsys.readouterr()
     assert "lpdl: bench: step 1/2 (warm-up): fp32 " in err and "lpdl: bench: step 2/2: fp32 " in err
     assert out.lstrip().startswith("{") and "bench:" not in out
+
+
+def test_a_bare_lpdl_prints_usage_and_every_command(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lpdl") and all(c in out for c in ("train", "bench", "cells", "report", "plan"))
+
+
+@pytest.mark.parametrize("typo,hint", [("trian", "did you mean 'train'?"), ("-q", None), ("xyzzy", "commands: topology")])
+def test_a_mistyped_command_suggests_the_closest_one(typo, hint, capsys):
+    argv = [typo] if typo != "-q" else ["-q", "bnech"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "unknown command" in err
+    assert hint is None and "did you mean 'bench'?" in err or hint is not None and hint in err
+
+
+def test_bench_checks_its_precisions_before_building_anything(capsys, caplog):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--precisions", "fp32,int4", "--steps", "1"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "'int4' is not one of fp32, int8" in err and "building" not in err
+    assert build_parser().parse_args(["bench", "--precisions", "int8"]).precisions == ("int8",)
+
+
+def test_every_choice_option_lists_its_choices(capsys):
+    """`cells --table` names its tables in --help (argparse shows the choices it checks)."""
+    with pytest.raises(SystemExit):
+        main(["cells", "--help"])
+    assert "{table1,table2,table3,table4,table5,fig1}" in capsys.readouterr().out

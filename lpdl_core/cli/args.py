@@ -35,6 +35,20 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _choice_list(choices: tuple[str, ...]):
+    """An argparse type: comma-separated values, each one of `choices`, none twice (a tuple)."""
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(v.strip() for v in text.split(","))
+        for v in values:
+            if v not in choices:
+                raise argparse.ArgumentTypeError(f"{v!r} is not one of {', '.join(choices)}")
+        if len(set(values)) != len(values):
+            raise argparse.ArgumentTypeError(f"{text!r} names a value twice")
+        return values
+    parse.__name__ = "list"
+    return parse
+
+
 def _count(lo: int, hi: int | None = None):
     """An argparse type: an integer in [lo, hi]."""
     def parse(text: str) -> int:

@@ -2,6 +2,8 @@
 failure into one line on stderr."""
 from __future__ import annotations
 
+import argparse
+import difflib
 import logging
 import sys
 
@@ -34,8 +36,24 @@ def _setup_logging(level: int = logging.INFO) -> None:
     logger.setLevel(level)
 
 
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    return next(list(a.choices) for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    given = list(sys.argv[1:] if argv is None else argv)
+    if not given:  # a bare `lpdl`: what it is and what it can do
+        parser.print_help()
+        return 2
+    first = next((a for a in given if not a.startswith("-")), None)
+    commands = _commands(parser)
+    if first is not None and first not in commands:  # the global options take no values
+        close = difflib.get_close_matches(first, commands, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else f"; commands: {', '.join(commands)}"
+        print(f"lpdl: error: unknown command '{first}'{hint}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (a launcher passes them on)
     _setup_logging(args.log_level)
     options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "log_level", "argv")}

@@ -11,6 +11,7 @@ from .args import (
     MAX_DEMO_EPOCHS,
     MAX_NODES,
     OneLineParser,
+    _choice_list,
     _count,
     _percent,
     _seed,
@@ -137,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=_count(0, 100000), default=2, help="untimed steps before them")
     b.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
     b.add_argument("--device", choices=DEVICES, default="auto", help=device)
-    b.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated, of: " + ", ".join(PRECISIONS))
+    b.add_argument("--precisions", type=_choice_list(PRECISIONS), default=PRECISIONS, metavar="P[,P]",
+                   help="comma-separated, of: " + ", ".join(PRECISIONS))
     b.add_argument("--compression", type=_percent, default=0.0, metavar="PERCENT",
                    help="gossip messages: 0 = uncompressed (eta 1), else layer-wise top-k dropping this "
                         "percentage (eta 0.01), e.g. 99")
@@ -201,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ce = command("cells", "list the paper's cells (one training run each)")
     ce.add_argument("--paper-dir", default=None, help=paper_dir)
-    ce.add_argument("--table", action="append", help="table1..table5, fig1 (repeatable; default: all)")
+    ce.add_argument("--table", action="append", choices=TABLES, help="repeatable; default: all")
     ce.set_defaults(func=_cmd_cells)
 
     r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")
