@@ -60,6 +60,7 @@ MINI_STANDINS = {
                                   "3x3 stem"),
     "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),
 }
+DEFAULT_SEED = 1234  # the official code's --seed: every run's seed unless a cell or the user gives one
 RNG_STREAMS = ("per-node", "shared")  # how nodes draw randomness (EngineCfg.rng_streams, Fidelity)
 GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N | --gres=gpu:N
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed

@@ -59,6 +59,7 @@ def _workflow_config_args(p: argparse.ArgumentParser, read_there: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from ..config import (
         CELLS_PER_JOB,
+        DEFAULT_SEED,
         MAX_PACK_SIZE,
         CNN_MODELS,
         COMPILE_MODES,
@@ -111,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--class-sizes", help="comma-separated class sizes, e.g. 5000,5000,... (give this or --dataset)")
     q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8, help="number of nodes")
     q.add_argument("--skew", type=_unit, default=0.8, help=skew)
-    q.add_argument("--seed", type=int, default=1234, help="partition seed (official: 1234)")
+    q.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"partition seed (official: {DEFAULT_SEED})")
     q.add_argument("--out", help="also write the histogram table to this .csv or .json file")
     q.add_argument("--format", choices=("csv", "json"), help="format of --out (default: json for a .json file, else csv)")
     q.set_defaults(func=_cmd_partition)
@@ -161,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="protocol: mini (embedded stand-ins, a laptop) or paper (the paper's)")
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
-    tr.add_argument("--seed", type=_seed, default=None, help="random seed (default: the cell's own, 1234)")
+    tr.add_argument("--seed", type=_seed, default=None, help=f"random seed (default: the cell's own, {DEFAULT_SEED})")
     tr.add_argument("--paper-dir", default=None, help=paper_dir)
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)

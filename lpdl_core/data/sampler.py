@@ -15,13 +15,15 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..config import DEFAULT_SEED
+
 
 class NodeSampler:
     """shared=False: each node shuffles its partition with its own stream, seeded (seed, node,
     epoch). shared=True (the official ranks, seeded alike): every node draws the same local
     permutations, seeded (seed, epoch), so nodes with identical shards see identical batches."""
 
-    def __init__(self, parts: Sequence[np.ndarray], batch_size: int, seed: int = 1234, shared: bool = False):
+    def __init__(self, parts: Sequence[np.ndarray], batch_size: int, seed: int = DEFAULT_SEED, shared: bool = False):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not parts or any(len(p) == 0 for p in parts):

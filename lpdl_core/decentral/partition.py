@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..config import DEFAULT_SEED
+
 # Train-split class sizes hard-coded in the official code (CIFAR-100 fixed: the official dict
 # has only 10 entries), in label order. Imagenette: imagenette2 train, sorted-wnid folder order.
 KNOWN_CLASS_SIZES: dict[str, tuple[int, ...]] = {
@@ -55,7 +57,7 @@ def _check_n(n: int, num_samples: int) -> int:
     return int(n)
 
 
-def skew_partition(labels: np.ndarray, n: int, skew: float, seed: int = 1234) -> list[np.ndarray]:
+def skew_partition(labels: np.ndarray, n: int, skew: float, seed: int = DEFAULT_SEED) -> list[np.ndarray]:
     """Split sample indices over n nodes with the official skew scheme.
 
     A fraction `skew` of every class goes, in class order, to a "sorted" pool that nodes take
@@ -131,7 +133,7 @@ def skew_partition(labels: np.ndarray, n: int, skew: float, seed: int = 1234) ->
     return parts
 
 
-def dirichlet_partition(labels: np.ndarray, n: int, alpha: float, seed: int = 1234,
+def dirichlet_partition(labels: np.ndarray, n: int, alpha: float, seed: int = DEFAULT_SEED,
                         min_size: int = 1, max_tries: int = 1000) -> list[np.ndarray]:
     """Standard per-class Dirichlet split (not in the paper; a common non-IID baseline).
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..config import DEFAULT_SEED
 from ..decentral.partition import KNOWN_CLASS_SIZES, histograms, labels_from_class_sizes, skew_partition
 
-PARTITION_SEED = 1234  # the official --seed
+PARTITION_SEED = DEFAULT_SEED  # the official --seed
 # (name, paper figure, dataset, ((nodes, skew), ...)): node counts as the paper's captions
 # (Fig. 5: 4 and 8 nodes; Figs. 6-7: 4-node ring), plus the IID (skew 0) panel for reference.
 PARTITION_FIGURES = (

@@ -8,7 +8,7 @@ hundred steps in all, a per-epoch schedule is too coarse.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from ..config import SCHEDULES

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..config import DEFAULT_SEED
 from ..data.augment import augment_batch
 from ..data.base import DataSplit
 from ..data.sampler import NodeSampler
@@ -66,7 +67,7 @@ class RunCfg:
     lr: float
     schedule: ScheduleCfg = field(default_factory=lambda: ScheduleCfg(kind="constant"))
     skew: float = 0.0
-    partition_seed: int = 1234
+    partition_seed: int = DEFAULT_SEED
     final_gossip_rounds: int = 0
     final_rounds: Literal["gossip-only", "train-forward", "allreduce"] = "gossip-only"
     data_on: Literal["device", "host"] = "device"

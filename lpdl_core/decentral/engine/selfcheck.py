@@ -16,6 +16,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from ...config import DEFAULT_SEED
 from .. import p2p
 from ..algorithms import ALGORITHMS, GossipCfg
 from ..compress import COMPRESSORS, CompressorCfg
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eta", type=float, default=1.0)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds for rendezvous and each wait")
     ap.add_argument("--check", action="store_true", help="compare with the loop simulator")
     a = ap.parse_args(argv)

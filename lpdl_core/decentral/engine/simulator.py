@@ -17,14 +17,14 @@ from __future__ import annotations
 import contextlib
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import DEVICES, EXECUTORS, RNG_STREAMS  # noqa: E402
+from ...config import DEFAULT_SEED, DEVICES, EXECUTORS, RNG_STREAMS  # noqa: E402
 from ...errors import DeviceUnavailable
 from .. import algorithms, optim
 from ..algorithms.base import GossipCfg, Round
@@ -57,7 +57,7 @@ class EngineCfg:
 
     executor: Literal["loop", "batched", "distributed"] = "loop"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    seed: int = 1234
+    seed: int = DEFAULT_SEED
     compile: bool = False
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
     rng_streams: Literal["per-node", "shared"] = "per-node"
