@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
+
+from ..atomic import replacing
 
 log = logging.getLogger("lpdl.data")
 FORMAT = 2
@@ -67,16 +68,8 @@ def save_cache(path: str | os.PathLike, source: str, arrays: Mapping[str, np.nda
     path = Path(path)
     payload = {**arrays, "_format": np.array(str(FORMAT)), "_source": np.array(source),
                "_content": np.array(digest_arrays(arrays))}
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
+        with replacing(path) as f:  # lpdl's one atomic writer
             np.savez(f, **payload)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        log.warning("could not write cache %s (%s)", path, e.strerror or e)
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
+    except OSError as e:  # WriteFailed names the path
+        log.warning("could not write cache (%s)", e)

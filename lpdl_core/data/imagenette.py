@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -174,20 +173,13 @@ def _content_sha256(d: dict) -> str:
 
 
 def _save_cache(path: Path, d: dict) -> str | None:
-    """Atomic write (temp file in the same folder + os.replace). Returns an error note or None."""
-    tmp = None
+    """Written with lpdl's one atomic writer (lpdl_core.atomic). Returns an error note or None."""
+    from ..atomic import replacing
     try:
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
+        with replacing(path) as f:
             torch.save(d, f)
-        os.replace(tmp, path)
         return None
-    except OSError as e:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    except OSError as e:  # WriteFailed names the path
         return f"could not write cache {path}: {e}"
 
 

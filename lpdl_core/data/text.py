@@ -17,12 +17,12 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..atomic import replacing
 from .base import DatasetMissing
 
 CACHE_FORMAT = 2
@@ -170,17 +170,9 @@ def tokenize_cached(texts: list[str], tokenizer, *, max_length: int, cache_dir: 
     blob = {"format": CACHE_FORMAT, "tokenizer": name, "vocab_size": vocab,
             "max_length": max_length, "texts_sha256": digest, "input_ids": ids,
             "ids_sha256": _ids_sha256(ids)}
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
+        with replacing(path) as f:  # lpdl's one atomic writer
             torch.save(blob, f)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as e:
-        log.warning("could not write token cache %s (%s)", path, e.strerror or e)
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+    except OSError as e:  # WriteFailed names the path
+        log.warning("could not write token cache (%s)", e)
     return ids
