@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path, PurePosixPath
 
+from ..atomic import replacing
 from .base import ChecksumError, DatasetMissing
 
 TIMEOUT_S = 30.0
@@ -56,12 +57,12 @@ def fetch(url: str, dest: str | os.PathLike, *, md5: str, what: str, fix_hint: s
                 f"Delete it and run again to re-download it from {url}, or replace it with a good copy.")
         return dest
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(dest.suffix + f".part-{os.getpid()}")
     h = hashlib.md5()
     try:
         log.info("downloading %s from %s -> %s", what, url, dest)
-        with open(tmp, "wb") as out:
+        # lpdl's one atomic writer: the file appears only whole and verified; on any failure the
+        # temporary sibling is removed
+        with replacing(dest) as out:
             try:
                 req = urllib.request.Request(url, headers={"User-Agent": "lpdl"})
                 resp = urllib.request.urlopen(req, timeout=timeout)
@@ -77,21 +78,16 @@ def fetch(url: str, dest: str | os.PathLike, *, md5: str, what: str, fix_hint: s
                         break
                     out.write(block)
                     h.update(block)
-        actual = h.hexdigest()
-        if actual != md5:
-            raise ChecksumError(
-                f"{what}: the download from {url} has md5 {actual}, expected {md5}; it was deleted. "
-                f"Try again, or download it by hand to {dest}.")
-        os.replace(tmp, dest)
+            actual = h.hexdigest()
+            if actual != md5:  # raised inside the block: nothing is put in place
+                raise ChecksumError(
+                    f"{what}: the download from {url} has md5 {actual}, expected {md5}; it was deleted. "
+                    f"Try again, or download it by hand to {dest}.")
     except _NetworkError as e:
-        tmp.unlink(missing_ok=True)
         cause = e.args[0]
         msg = (f"{what} is not on disk and could not be downloaded ({type(cause).__name__}: {cause}). "
                f"Put the file {dest.name} at {dest} (from {url}, md5 {md5}).")
         raise DatasetMissing(msg + (f" {fix_hint}" if fix_hint else "")) from cause
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return dest
 
 
