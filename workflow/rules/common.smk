@@ -208,7 +208,8 @@ def _warn_long_jobs():
     from lpdl_core.pipeline.runtime import job_runtime
 
     need = [job_runtime([CELL_BY_ID[c] for c in j.cells], STEP_TIMES, executor=STEP_KIND,
-                        margin=config["runtime_margin"], max_minutes=config["max_runtime"]).attempts_needed
+                        margin=config["runtime_margin"], max_minutes=config["max_runtime"],
+                        pack_size=PACK_SIZE).attempts_needed
             for j in JOBS]
     long = sum(n > 1 for n in need)
     if long:
