@@ -14,6 +14,7 @@ tests/test_envs.py runs --check.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -22,12 +23,26 @@ ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "workflow" / "envs"
 HEADER = "# Generated from pyproject.toml by scripts/sync_envs.py: edit pyproject.toml, then rerun it.\n"
 
-# env name -> (the rules that use it, whether it installs the offline model extras)
+# env name -> (the rules that use it, whether it installs the offline model extras, whether it
+# holds only the light dependencies: the torch-free aggregate and report steps)
 RULE_ENVS = {
-    "train": ("every train_* job, download, demo, cost, partitions", True),
-    "aggregate": ("aggregate", False),
-    "report": ("report", False),
+    "train": ("every train_* job, download, demo, cost, partitions", True, False),
+    "aggregate": ("aggregate", False, True),
+    "report": ("report", False, True),
 }
+
+
+def _name(requirement: str) -> str:
+    """'pandas>=2.2' -> 'pandas'."""
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+
+
+def light(deps: list[str], names: list[str]) -> list[str]:
+    """The requirements among deps whose package is in names (in deps' order); every name must be one."""
+    missing = sorted(set(names) - {_name(d) for d in deps})
+    if missing:
+        raise SystemExit(f"[tool.lpdl] light-dependencies names packages not in dependencies: {', '.join(missing)}")
+    return [d for d in deps if _name(d) in names]
 
 # The post-deploy script finds the checkout from the working directory (the repository root, or a
 # folder inside it such as .test/): Snakemake copies the script into .snakemake/conda/ first.
@@ -67,9 +82,10 @@ def expected_files() -> dict[Path, str]:
     deps = list(project["dependencies"])
     python = _python(project["requires-python"])
     extras = list(pp["tool"]["lpdl"]["offline-models"])
+    lite = light(deps, list(pp["tool"]["lpdl"]["light-dependencies"]))
     out: dict[Path, str] = {}
-    for name, (used_by, with_extras) in RULE_ENVS.items():
-        out[ENVS / f"{name}.yaml"] = _env_yaml(name, deps, python, used_by)
+    for name, (used_by, with_extras, is_light) in RULE_ENVS.items():
+        out[ENVS / f"{name}.yaml"] = _env_yaml(name, lite if is_light else deps, python, used_by)
         extra_cmd = "".join(f"python -m pip install --no-deps {e}\n" for e in extras) if with_extras else ""
         note = f", and {', '.join(extras)} without its dependencies" if with_extras and extras else ""
         out[ENVS / f"{name}.post-deploy.sh"] = POST_DEPLOY.format(header=HEADER, extras_note=note,

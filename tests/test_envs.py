@@ -38,14 +38,22 @@ def _conda_envs() -> dict[str, Path]:
     return out
 
 
-def test_every_rule_env_holds_all_runtime_dependencies_and_installs_lpdl():
+LIGHT_ENVS = ("aggregate.yaml", "report.yaml")  # the torch-free steps
+
+
+def test_every_rule_env_holds_what_its_rule_imports_and_installs_lpdl():
+    """The train env holds every runtime dependency; the aggregate and report envs only the light
+    ones ([tool.lpdl] light-dependencies: no torch, torchvision or transformers)."""
     envs = set().union(*_conda_envs().values())
     assert envs and all(p.parent == ROOT / "workflow/envs" for p in envs)
     deps = PYPROJECT["project"]["dependencies"]
+    lite = sync_envs.light(deps, PYPROJECT["tool"]["lpdl"]["light-dependencies"])
+    assert {sync_envs._name(d) for d in lite} == {"numpy", "pyyaml", "matplotlib", "pandas", "seaborn", "jinja2"}
+    assert {env.name for env in envs} >= set(LIGHT_ENVS)
     for env in envs:
         spec = yaml.safe_load(env.read_text())
         pip = next(d["pip"] for d in spec["dependencies"] if isinstance(d, dict))
-        assert pip == deps, env.name
+        assert pip == (lite if env.name in LIGHT_ENVS else deps), env.name
         deploy = env.with_name(env.stem + ".post-deploy.sh")
         assert deploy.is_file() and os.access(deploy, os.X_OK), deploy
         assert 'pip install --no-deps -e "$root"' in deploy.read_text()
@@ -105,3 +113,36 @@ def test_an_installed_lpdl_has_the_paper_cells(tmp_path):
                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "226"
+
+
+def test_the_aggregate_and_report_steps_run_without_torch(tmp_path):
+    """What the light envs lack must not be needed: the aggregate step and the whole report (HTML and
+    LaTeX) run in a process where torch, torchvision, transformers, scikit-learn and tqdm raise on
+    import (first on the path)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from report_inputs import cost_json, write_run
+    from lpdl_core.pipeline.paper_partitions import partition_figures_frame
+
+    root = tmp_path / "results" / "mini"
+    write_run(root, "t2-resnet20-dring8-c0-s0-ds-fp32", 1234, 90.0)
+    write_run(root, "t2-resnet20-dring8-c0-s0-ds-int8", 1234, 88.0)
+    (root / "cost.json").write_text(cost_json())
+    partition_figures_frame().to_csv(root / "partitions.csv", index=False)
+    poison = tmp_path / "poison"
+    for mod in ("torch", "torchvision", "transformers", "sklearn", "tqdm"):
+        (poison / mod).mkdir(parents=True)
+        (poison / mod / "__init__.py").write_text(f'raise ImportError("{mod} was imported by a light step")\n')
+    code = ("import sys\nfrom pathlib import Path\n"
+            "from lpdl_core.pipeline.aggregate import write_aggregate\n"
+            "from lpdl_core.pipeline.cells import load_cells\n"
+            "from lpdl_core.report.build import build_report\n"
+            "root = Path(sys.argv[1])\n"
+            "write_aggregate(root, load_cells(), profile='mini', tables=['table2'])\n"
+            "build_report(root, sys.argv[2], tables=['table2'], pdf=False, log=lambda s: None)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(poison), str(ROOT)])}
+    p = subprocess.run([sys.executable, "-c", code, str(root), str(tmp_path / "report")], capture_output=True,
+                       text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (tmp_path / "report" / "report.html").is_file() and (tmp_path / "report" / "report.tex").is_file()
+    check = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env)
+    assert "torch was imported by a light step" in check.stderr  # the poison works
