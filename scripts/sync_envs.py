@@ -93,10 +93,11 @@ def expected_files() -> dict[Path, str]:
     workflow = list(project["optional-dependencies"]["workflow"])
     root_env = [HEADER.rstrip("\n"),
                 "# One conda env to run Snakemake (and lpdl) from; the rules' own envs are workflow/envs/*.",
-                "# After `conda env create -f environment.yml`: pip install --no-deps -e . "
-                + " ".join(f"&& pip install --no-deps {e}" for e in extras),
+                "# lpdl itself is installed from this checkout (-e ., the last pip line). After `conda env create",
+                "# -f environment.yml`, the offline text model, which must come without its dependencies: "
+                + " && ".join(f"pip install --no-deps {e}" for e in extras),
                 "name: lpdl", "channels:", "  - conda-forge", "dependencies:", f"  - {python}", "  - pip",
-                "  - pip:"] + [f"      - {d}" for d in deps + workflow]
+                "  - pip:"] + [f"      - {d}" for d in deps + workflow] + ["      - -e ."]
     out[ROOT / "environment.yml"] = "\n".join(root_env) + "\n"
     return out
 
