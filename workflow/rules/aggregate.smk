@@ -2,34 +2,36 @@ rule aggregate:
     """Every run, read once from its own folder (identity checked) -> the tidy frames: runs.csv
     (one row per cell and seed), curves.csv (one row per cell, seed and epoch), and per paper
     table tables/{table}.csv (one row per cell: groupby over seeds, missing and diverged cells
-    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.pipeline.aggregate."""
+    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.pipeline.aggregate.
+    """
     input:
         run_files,
     output:
         runs="results/{results}/runs.csv",
         curves="results/{results}/curves.csv",
         tables=TABLE_FILES,
-    params:
-        fidelity=lambda wc: MODES[wc.results].as_dict(),
     log:
         "results/{results}/logs/aggregate.log",
     conda:
         "../envs/aggregate.yaml"
+    params:
+        fidelity=lambda wc: MODES[wc.results].as_dict(),
     script:
         "../scripts/aggregate.py"
 
 
 rule cost:
     """Figure 3's numbers: the analytic compute and memory cost model of ResNet-20, counted on the
-    real model (and peak CUDA memory measured where a GPU is used). lpdl_core.training.cost."""
+    real model (and peak CUDA memory measured where a GPU is used). lpdl_core.training.cost.
+    """
     output:
         "results/{results}/cost.json",
-    params:
-        device=config["device"],  # the peak-memory measurement runs where a GPU is used
     log:
         "results/{results}/logs/cost.log",
     conda:
         "../envs/train.yaml"
+    params:
+        device=config["device"],  # the peak-memory measurement runs where a GPU is used
     shell:
         "python -m lpdl_core cost --device {params.device:q} --out {output:q} > {log:q} 2>&1"
 

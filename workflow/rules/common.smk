@@ -14,7 +14,9 @@ def _fail(msg):
     sys.exit(1)
 
 
-SCHEMA = yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text())
+SCHEMA = yaml.safe_load(
+    Path(workflow.basedir, "schemas/config.schema.yaml").read_text()
+)
 
 
 def _checked_config(cfg):
@@ -35,11 +37,16 @@ def _check_cluster_env():
     import os
 
     res = workflow.resource_settings.default_resources
-    for key, var in (("slurm_account", "LPDL_SLURM_ACCOUNT"), ("slurm_partition", "LPDL_SLURM_PARTITION")):
+    for key, var in (
+        ("slurm_account", "LPDL_SLURM_ACCOUNT"),
+        ("slurm_partition", "LPDL_SLURM_PARTITION"),
+    ):
         raw = getattr(res[key], "raw", "") if res is not None and key in res else ""
         if var in str(raw) and var not in os.environ:
-            _fail(f"{var} is not set; the slurm profile takes {key} from it: export {var}=<name> "
-                  f"(or {var}= for {'no account' if key == 'slurm_account' else 'the default partition'})")
+            _fail(
+                f"{var} is not set; the slurm profile takes {key} from it: export {var}=<name> "
+                f"(or {var}= for {'no account' if key == 'slurm_account' else 'the default partition'})"
+            )
 
 
 _check_cluster_env()
@@ -52,7 +59,10 @@ from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
 from lpdl_core.pipeline.runtime import step_kind  # noqa: E402
-from lpdl_core.pipeline.runstore import ARTIFACTS as RUN_ARTIFACTS, run_identity  # noqa: E402
+from lpdl_core.pipeline.runstore import (
+    ARTIFACTS as RUN_ARTIFACTS,
+    run_identity,
+)  # noqa: E402
 
 PROFILE = config["profile"]
 REPORT_DIR = config["report_dir"].rstrip("/")
@@ -78,6 +88,7 @@ def fidelity_json(wildcards) -> str:
     """The mode's fidelity as typed JSON for the train command (no re-parsing of strings)."""
     return json.dumps(MODES[wildcards.results].as_dict(), sort_keys=True)
 
+
 wildcard_constraints:
     cell=r"[a-z0-9.-]+",
     seed=r"\d+",
@@ -88,23 +99,38 @@ wildcard_constraints:
 def run_files(wildcards=None, *, results=None):
     """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed (of the
     mode's folder `results`, or the job's wildcard)."""
-    return expand(f"{RUN_DIR}/{{name}}", results=results or wildcards.results, cell=[c.cell_id for c in CELLS],
-                  seed=config["seeds"], name=("metrics.json", "curve.csv"))
+    return expand(
+        f"{RUN_DIR}/{{name}}",
+        results=results or wildcards.results,
+        cell=[c.cell_id for c in CELLS],
+        seed=config["seeds"],
+        name=("metrics.json", "curve.csv"),
+    )
 
 
-TABLE_FILES = [f"results/{{results}}/tables/{t}{kind}.csv" for t in config["tables"] for kind in ("", "-paper")]
-PAPER_CSVS = [str(paper_dir_path(config["paper_dir"]) / f"{t}.csv") for t in config["tables"]]
+TABLE_FILES = [
+    f"results/{{results}}/tables/{t}{kind}.csv"
+    for t in config["tables"]
+    for kind in ("", "-paper")
+]
+PAPER_CSVS = [
+    str(paper_dir_path(config["paper_dir"]) / f"{t}.csv") for t in config["tables"]
+]
 
 
 def job_identity(job, wildcards):
     """What defines the job's runs (each cell's columns, seed, profile, fidelity): a change reruns
     the job (its other cells come back from .kept, not recomputed)."""
-    idents = [run_identity(CELL_BY_ID[c], profile=PROFILE, seed=int(wildcards.seed),
-                           fidelity=MODES[wildcards.results])
-              for c in job.cells]
+    idents = [
+        run_identity(
+            CELL_BY_ID[c],
+            profile=PROFILE,
+            seed=int(wildcards.seed),
+            fidelity=MODES[wildcards.results],
+        )
+        for c in job.cells
+    ]
     return json.dumps(idents, sort_keys=True)
-
-
 
 
 # Minutes per mini cell on one CPU thread (measured on a 2-core machine: 1-25 s per cell plus the
@@ -113,7 +139,13 @@ def job_identity(job, wildcards):
 # longer job is cut there and its retry resumes from the checkpoint, so the request never grows.
 MINI_CELL_MINUTES = 2
 # host memory (MB) of a paper job by model: the dataset in memory plus the model's state
-PAPER_MEM_MB = {"resnet20": 24000, "resnet54": 24000, "vgg11": 64000, "resnet18": 64000, "distilbert": 64000}
+PAPER_MEM_MB = {
+    "resnet20": 24000,
+    "resnet54": 24000,
+    "vgg11": 64000,
+    "resnet18": 64000,
+    "distilbert": 64000,
+}
 # each further process of a distributed job (its own torch, CUDA context and copy of the dataset);
 # an estimate, not measured
 EXTRA_PROCESS_MB = {"mini": 1000, "paper": 4000}
@@ -123,7 +155,9 @@ def _step_times():
     from lpdl_core.pipeline.runtime import StepTimes
 
     try:
-        return StepTimes.from_mapping(yaml.safe_load(Path(config["step_times"]).read_text()))
+        return StepTimes.from_mapping(
+            yaml.safe_load(Path(config["step_times"]).read_text())
+        )
     except OSError as e:
         _fail(f"step_times: cannot read {config['step_times']}: {e.strerror}")
     except (LpdlError, yaml.YAMLError) as e:
@@ -135,14 +169,24 @@ STEP_TIMES = _step_times() if PROFILE == "paper" else None
 
 # Relative cost of one cell's step by model (measured step times of the mini stand-ins), used to
 # start the longest jobs first so that the last job to finish is a short one.
-_STEP_COST = {"resnet20": 1.0, "resnet54": 1.8, "vgg11": 0.9, "resnet18": 2.0, "mobilenetv2": 1.0,
-              "distilbert": 0.6}
+_STEP_COST = {
+    "resnet20": 1.0,
+    "resnet54": 1.8,
+    "vgg11": 0.9,
+    "resnet18": 2.0,
+    "mobilenetv2": 1.0,
+    "distilbert": 0.6,
+}
 
 
 def job_priority(job):
     cells = [CELL_BY_ID[c] for c in job.cells if c not in dict(job.shares)]
-    cost = sum(_STEP_COST.get(c.model, 1.0) * max(c.nodes, 1) * (2.3 if c.precision == "int8" else 1.0)
-               for c in cells)
+    cost = sum(
+        _STEP_COST.get(c.model, 1.0)
+        * max(c.nodes, 1)
+        * (2.3 if c.precision == "int8" else 1.0)
+        for c in cells
+    )
     return int(cost)
 
 
@@ -180,7 +224,11 @@ def task_resources(job) -> dict:
     n = processes(job)
     if n == 1:
         return {}
-    return {"mpi": "srun", "tasks": n, **({"tasks_per_gpu": 1} if PROFILE == "paper" else {})}
+    return {
+        "mpi": "srun",
+        "tasks": n,
+        **({"tasks_per_gpu": 1} if PROFILE == "paper" else {}),
+    }
 
 
 def train_resources(job):
@@ -190,32 +238,55 @@ def train_resources(job):
     cells = [CELL_BY_ID[c] for c in job.cells]
     n = processes(job)
     if PROFILE == "mini":
-        return {"mem_mb": 3000 + EXTRA_PROCESS_MB["mini"] * (n - 1), "runtime": 10 + MINI_CELL_MINUTES * len(cells),
-                "gpu": 0}
+        return {
+            "mem_mb": 3000 + EXTRA_PROCESS_MB["mini"] * (n - 1),
+            "runtime": 10 + MINI_CELL_MINUTES * len(cells),
+            "gpu": 0,
+        }
     from lpdl_core.pipeline.runtime import job_runtime
 
-    req = job_runtime(cells, STEP_TIMES, executor=STEP_KIND, margin=config["runtime_margin"],
-                      max_minutes=config["max_runtime"], pack_size=PACK_SIZE)
-    return {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
-            "runtime": req.minutes, "gpu": n}
+    req = job_runtime(
+        cells,
+        STEP_TIMES,
+        executor=STEP_KIND,
+        margin=config["runtime_margin"],
+        max_minutes=config["max_runtime"],
+        pack_size=PACK_SIZE,
+    )
+    return {
+        "mem_mb": max(PAPER_MEM_MB[c.model] for c in cells)
+        + EXTRA_PROCESS_MB["paper"] * (n - 1),
+        "runtime": req.minutes,
+        "gpu": n,
+    }
 
 
 def _warn_long_jobs():
     """One line when some paper jobs are estimated longer than max_runtime: they finish over several
-    attempts (each resumes from its checkpoint, nothing is recomputed) if --retries allows."""
+    attempts (each resumes from its checkpoint, nothing is recomputed) if --retries allows.
+    """
     if PROFILE != "paper":
         return
     from lpdl_core.pipeline.runtime import job_runtime
 
-    need = [job_runtime([CELL_BY_ID[c] for c in j.cells], STEP_TIMES, executor=STEP_KIND,
-                        margin=config["runtime_margin"], max_minutes=config["max_runtime"],
-                        pack_size=PACK_SIZE).attempts_needed
-            for j in JOBS]
+    need = [
+        job_runtime(
+            [CELL_BY_ID[c] for c in j.cells],
+            STEP_TIMES,
+            executor=STEP_KIND,
+            margin=config["runtime_margin"],
+            max_minutes=config["max_runtime"],
+            pack_size=PACK_SIZE,
+        ).attempts_needed
+        for j in JOBS
+    ]
     long = sum(n > 1 for n in need)
     if long:
-        sys.stderr.write(f"lpdl: {long} train jobs are estimated longer than max_runtime="
-                         f"{config['max_runtime']} min and need up to {max(need)} attempts (each resumes "
-                         f"from its checkpoint): run with --retries {max(need) - 1} or more, or raise max_runtime\n")
+        sys.stderr.write(
+            f"lpdl: {long} train jobs are estimated longer than max_runtime="
+            f"{config['max_runtime']} min and need up to {max(need)} attempts (each resumes "
+            f"from its checkpoint): run with --retries {max(need) - 1} or more, or raise max_runtime\n"
+        )
 
 
 _warn_long_jobs()

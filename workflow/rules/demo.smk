@@ -4,13 +4,13 @@ rule demo:
         "results/demo/table.txt",
     log:
         "results/demo/demo.log",
+    conda:
+        "../envs/train.yaml"
+    threads: 2
     params:
         epochs=config["demo"]["epochs"],
         nodes=config["demo"]["nodes"],
         skew=config["demo"]["skew"],
-    threads: 2
-    conda:
-        "../envs/train.yaml"
     shell:
         "python -m lpdl_core demo --quiet --epochs {params.epochs:q} --nodes {params.nodes:q} "
         "--skew {params.skew:q} > {output:q} 2> {log:q}"

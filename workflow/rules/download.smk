@@ -19,21 +19,26 @@ DOWNLOAD = f"results/{RESULTS}/download.json"
 DOWNLOAD_LOG = f"results/{RESULTS}/logs/download.log"
 # What decides what is fetched: the tables' cells, every fidelity mode's plans (compare_modes
 # included), where the data goes; paths normalized, so another spelling is no change.
-PREFETCH_REQUEST = prefetch_request(profile=PROFILE, tables=config["tables"], paper_dir=config["paper_dir"],
-                                    data_root=config["data_root"],
-                                    fidelities=[f.as_dict() for f in MODES.values()])
+PREFETCH_REQUEST = prefetch_request(
+    profile=PROFILE,
+    tables=config["tables"],
+    paper_dir=config["paper_dir"],
+    data_root=config["data_root"],
+    fidelities=[f.as_dict() for f in MODES.values()],
+)
 
 
 rule download:
     """Fetch and verify what the train jobs load: `snakemake download` alone (docs/slurm.md,
-    'Prefetch, then offline jobs'). A run of train jobs does the same first (the onstart hook)."""
+    'Prefetch, then offline jobs'). A run of train jobs does the same first (the onstart hook).
+    """
     output:
         DOWNLOAD,
-    params:
-        args=request_args(PREFETCH_REQUEST),
     log:
         DOWNLOAD_LOG,
     conda:
         "../envs/train.yaml"
+    params:
+        args=request_args(PREFETCH_REQUEST),
     shell:
         "python -m lpdl_core prefetch {params.args:q} --out {output:q} > {log:q} 2>&1"

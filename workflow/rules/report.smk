@@ -7,9 +7,17 @@ REPORT_INPUTS = dict(
     partitions=f"results/{RESULTS}/partitions.csv",
     paper=PAPER_CSVS,
     # compare_modes: the other fidelity mode's results, shown side by side
-    compare=[f"results/{COMPARE}/runs.csv", *expand(TABLE_FILES, results=COMPARE)] if COMPARE else [],
+    compare=(
+        [f"results/{COMPARE}/runs.csv", *expand(TABLE_FILES, results=COMPARE)]
+        if COMPARE
+        else []
+    ),
 )
-REPORT_OUTPUTS = [f"{REPORT_DIR}/report.html", f"{REPORT_DIR}/report.tex", f"{REPORT_DIR}/claims.json"]
+REPORT_OUTPUTS = [
+    f"{REPORT_DIR}/report.html",
+    f"{REPORT_DIR}/report.tex",
+    f"{REPORT_DIR}/claims.json",
+]
 
 
 rule report:
@@ -19,7 +27,9 @@ rule report:
     input:
         **REPORT_INPUTS,
     output:
-        html=report(REPORT_OUTPUTS[0], caption="../report/lpdl.rst", category="lpdl report"),
+        html=report(
+            REPORT_OUTPUTS[0], caption="../report/lpdl.rst", category="lpdl report"
+        ),
         tex=REPORT_OUTPUTS[1],
         claims=REPORT_OUTPUTS[2],
     log:

@@ -22,29 +22,35 @@ for _job in JOBS:
             _job.rule
         output:
             # every artifact of every cell: the aggregate step reads metrics.json and curve.csv
-            [f"{RUN_DIR.replace('{cell}', c)}/{a}" for c in _job.cells for a in RUN_ARTIFACTS],
+            [
+                f"{RUN_DIR.replace('{cell}', c)}/{a}"
+                for c in _job.cells
+                for a in RUN_ARTIFACTS
+            ],
         log:
             f"results/{{results}}/logs/train/{_job.name}/seed{{seed}}.log",
         benchmark:
             f"results/{{results}}/benchmarks/train/{_job.name}/seed{{seed}}.tsv"
+        priority: job_priority(_job)
+        conda:
+            "../envs/train.yaml"
+        threads: config["threads_per_job"]
+        resources:
+            **task_resources(_job),
+            mem_mb=lambda wc, job=_job: train_resources(job)["mem_mb"],
+            # the same on every attempt: a retry resumes from the checkpoint (common.smk)
+            runtime=lambda wc, job=_job: train_resources(job)["runtime"],
+            # GPUs as sbatch --gpus=N (gpu) or, where a site wants it, --gres=gpu:N (config gpu_request)
+            gpu=lambda wc, job=_job: (
+                0 if GPU_REQUEST == "gres" else train_resources(job)["gpu"]
+            ),
+            gres=lambda wc, job=_job: gres(train_resources(job)["gpu"]),
+            # executor distributed: one SLURM job of n tasks (mpi, tasks; the script runs srun)
         params:
             identity=lambda wc, job=_job: job_identity(job, wc),
             # shell: is evaluated when the job runs, after this loop has ended: everything
             # job-specific must reach it through params, bound now
             cells=list(_job.cells),
             fidelity=fidelity_json,
-        threads: config["threads_per_job"]
-        priority: job_priority(_job)
-        resources:
-            mem_mb=lambda wc, job=_job: train_resources(job)["mem_mb"],
-            # the same on every attempt: a retry resumes from the checkpoint (common.smk)
-            runtime=lambda wc, job=_job: train_resources(job)["runtime"],
-            # GPUs as sbatch --gpus=N (gpu) or, where a site wants it, --gres=gpu:N (config gpu_request)
-            gpu=lambda wc, job=_job: 0 if GPU_REQUEST == "gres" else train_resources(job)["gpu"],
-            gres=lambda wc, job=_job: gres(train_resources(job)["gpu"]),
-            # executor distributed: one SLURM job of n tasks (mpi, tasks; the script runs srun)
-            **task_resources(_job),
-        conda:
-            "../envs/train.yaml"
         script:
             "../scripts/train.py"
