@@ -220,7 +220,13 @@ def test_shared_streams_give_nodes_with_the_same_batches_the_same_noise_and_drop
         for xb, yb in batches:
             sim.train_step(xb, yb, 0.1)
         spread[streams] = float((sim.x - sim.x[0]).abs().max())
-    assert spread["shared"] == 0.0 and spread["per-node"] > 1e-4, spread
+    # loop: every node runs the same operators on the same values, so they stay bitwise equal.
+    # batched: vmap's grouped convolution computes the equal node groups in one call, and a CPU
+    # kernel may block groups differently; any residue is that arithmetic, far below what
+    # independent noise and dropout do
+    if executor == "loop":
+        assert spread["shared"] == 0.0, spread
+    assert spread["shared"] < spread["per-node"] / 100 and spread["per-node"] > 1e-4, spread
 
 
 def test_shared_streams_give_identical_shards_identical_batches():
