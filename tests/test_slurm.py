@@ -273,3 +273,17 @@ def test_a_distributed_cell_runs_as_one_slurm_job_of_n_tasks(slurm_cluster, tmp_
         assert abs(a - b) <= one_sample
     assert got["bytes_per_node"] == ref["bytes_per_node"]
     print(f"SLURM run of one distributed cell (4 tasks) + aggregate + report: {elapsed:.0f}s")
+
+
+def test_cheap_steps_are_local_rules():
+    """Figure 3's analytic cost model, the partitions, the aggregate and the report run where
+    Snakemake runs (a login node): they are never submitted as (GPU) jobs. Snakemake 9's dry run
+    does not mark local rules, so this reads the Snakefile's localrules block."""
+    import re
+    text = (ROOT / "workflow/Snakefile").read_text(encoding="utf-8")
+    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", text, re.M)
+    assert block, "workflow/Snakefile has no localrules block"
+    local = set(re.findall(r"(\w+),", block.group(1)))
+    assert {"cost", "partitions", "aggregate", "report", "download", "all"} <= local
+    cost = (ROOT / "workflow/rules/aggregate.smk").read_text(encoding="utf-8").split("rule cost:")[1].split("\nrule ")[0]
+    assert "gpu" not in cost and "--device auto" in cost
