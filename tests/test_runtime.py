@@ -188,3 +188,20 @@ def test_lpdl_plan_prints_the_paper_grids_bill_per_table_and_in_total(tmp_path, 
     assert bill["total"]["asked_gpu_h"] >= bill["total"]["expected_gpu_h"] > 0
     assert f"{bill['total']['asked_gpu_h']:,.1f}" in text and "measured" in text and "scaled from" in text
     assert main(["plan"]) == 0 and "asks for no GPU" in capsys.readouterr().out
+
+
+def test_retries_warning_is_quiet_when_the_retries_suffice():
+    from lpdl_core.pipeline.runtime import retries_warning
+    assert retries_warning([1, 1, 1], retries=0, max_minutes=60) is None          # every job fits
+    assert retries_warning([1, 3, 2], retries=2, max_minutes=60) is None          # 3 attempts = 2 retries
+    assert retries_warning([1, 3, 2], retries=5, max_minutes=60) is None
+    assert retries_warning([], retries=0, max_minutes=60) is None
+
+
+def test_retries_warning_names_what_is_needed():
+    from lpdl_core.pipeline.runtime import retries_warning
+    line = retries_warning([1, 3, 2, 4], retries=1, max_minutes=480)
+    assert line == ("lpdl: 3 train jobs are estimated longer than max_runtime=480 min and need up to 4 "
+                    "attempts (each resumes from its checkpoint): run with --retries 3 or more (this run "
+                    "allows 1), or raise max_runtime")
+    assert "--retries 1 or more, or raise" in retries_warning([2], retries=None, max_minutes=60)

@@ -287,3 +287,19 @@ def test_cheap_steps_are_local_rules():
     assert {"cost", "partitions", "aggregate", "report", "download", "all"} <= local
     cost = (ROOT / "workflow/rules/aggregate.smk").read_text(encoding="utf-8").split("rule cost:")[1].split("\nrule ")[0]
     assert "gpu" not in cost and "--device auto" in cost
+
+
+@pytest.mark.parametrize("extra, warns", [((), False), (("--retries", "1"), True)])
+def test_the_long_jobs_warning_follows_the_retries_in_force(extra, warns):
+    """With max_runtime=480 the longest paper jobs need 3 attempts. The slurm profile's retries: 3
+    covers them, so the dry run says nothing; --retries 1 does not, so it says what is needed."""
+    p = subprocess.run([SNAKEMAKE, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml",
+                        "--config", "max_runtime=480", *extra], cwd=ROOT, capture_output=True, text=True,
+                       env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = [l for l in p.stderr.splitlines() if "estimated longer than max_runtime" in l]
+    if warns:
+        assert len(lines) == 1 and "--retries 2 or more (this run allows 1)" in lines[0], p.stderr[-2000:]
+    else:
+        assert lines == []

@@ -193,3 +193,18 @@ def job_runtime(cells: Iterable[Cell], times: StepTimes, *, executor: str, margi
     minutes = int(min(max_minutes, math.ceil(est)))
     return RuntimeRequest(minutes=minutes, estimate_minutes=est,
                           attempts_needed=max(1, math.ceil(est / max_minutes)))
+
+
+def retries_warning(attempts: Iterable[int], *, retries: int | None, max_minutes: int) -> str | None:
+    """The one line to print when some jobs need more attempts than `retries` (Snakemake's --retries,
+    a profile's `retries:`) allows, each attempt resuming from the last one's checkpoint; None when
+    every job fits. retries=None: not known, so the line names the retries every job needs."""
+    need = list(attempts)
+    worst = max(need, default=1)
+    if worst <= 1 or (retries is not None and retries >= worst - 1):
+        return None
+    long = sum(n > 1 for n in need)
+    have = "" if retries is None else f" (this run allows {retries})"
+    return (f"lpdl: {long} train jobs are estimated longer than max_runtime={max_minutes} min and need "
+            f"up to {worst} attempts (each resumes from its checkpoint): run with --retries {worst - 1} "
+            f"or more{have}, or raise max_runtime")

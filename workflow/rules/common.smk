@@ -261,15 +261,18 @@ def train_resources(job):
     }
 
 
-def _warn_long_jobs():
-    """One line when some paper jobs are estimated longer than max_runtime: they finish over several
-    attempts (each resumes from its checkpoint, nothing is recomputed) if --retries allows.
+def long_jobs_check(wildcards):
+    """An input function of rule all, so that it runs once per DAG, when Snakemake's retries are
+    known (not when the Snakefile is parsed): one line if some paper jobs need more attempts than
+    --retries (or the profile's retries:) allow. Returns no input. See runtime.retries_warning.
     """
-    if PROFILE != "paper":
-        return
-    from lpdl_core.pipeline.runtime import job_runtime
+    global _LONG_JOBS_CHECKED
+    if PROFILE != "paper" or _LONG_JOBS_CHECKED:
+        return []
+    _LONG_JOBS_CHECKED = True
+    from lpdl_core.pipeline.runtime import job_runtime, retries_warning
 
-    need = [
+    attempts = [
         job_runtime(
             [CELL_BY_ID[c] for c in j.cells],
             STEP_TIMES,
@@ -280,13 +283,15 @@ def _warn_long_jobs():
         ).attempts_needed
         for j in JOBS
     ]
-    long = sum(n > 1 for n in need)
-    if long:
-        sys.stderr.write(
-            f"lpdl: {long} train jobs are estimated longer than max_runtime="
-            f"{config['max_runtime']} min and need up to {max(need)} attempts (each resumes "
-            f"from its checkpoint): run with --retries {max(need) - 1} or more, or raise max_runtime\n"
-        )
+    settings = getattr(workflow, "execution_settings", None)
+    line = retries_warning(
+        attempts,
+        retries=getattr(settings, "retries", None),
+        max_minutes=config["max_runtime"],
+    )
+    if line:
+        sys.stderr.write(line + "\n")
+    return []
 
 
-_warn_long_jobs()
+_LONG_JOBS_CHECKED = False
