@@ -135,7 +135,12 @@ def test_the_slurm_dry_run_asks_each_job_its_estimate(times, cells):
     rule = "train_" + c.cell_id.replace("-", "_").replace(".", "_")
     block = out[out.index(f"rule {rule}:"):]
     assert f"runtime={want}," in block[:block.index("\n\n")]
-    assert "attempt" not in (ROOT / "workflow/rules/train.smk").read_text().split("runtime=")[1].split("\n")[0]
+    # the rule's resources are the planner's, computed once per job: no attempt goes in
+    import inspect
+
+    from lpdl_core.pipeline.resources import Planner
+    assert "**JOB_RESOURCES[_job.name]" in (ROOT / "workflow/rules/train.smk").read_text()
+    assert "attempt" not in inspect.signature(Planner.resources).parameters
 
 
 # ---- the bill before the run (lpdl_core.pipeline.bill, `lpdl plan`)

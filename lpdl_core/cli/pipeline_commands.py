@@ -180,9 +180,6 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     """The paper profile's GPU-hour bill for the workflow's config (read as Snakemake reads it)."""
     import json
 
-    import yaml
-
-    from ..errors import ConfigError
     from ..pipeline.bill import price
     from ..pipeline.results import write_atomic
     from ..pipeline.runtime import StepTimes, step_kind
@@ -195,11 +192,7 @@ def _cmd_plan(a: argparse.Namespace) -> int:
         print(f"lpdl plan: the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU "
               f"({len(cells)} cells x {copies} seed/mode copies); give --configfile config/paper.yaml for the cluster bill")
         return 0
-    path = root / cfg["step_times"]
-    try:
-        times = StepTimes.from_mapping(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except OSError as e:
-        raise ConfigError(f"step_times: cannot read {path}: {e.strerror}") from None
+    times = StepTimes.load(root / cfg["step_times"])
     kind = step_kind(cfg["executor"], cfg.get("compile", False))
     bill = price(cells, times, executor=kind, cells_per_job=cfg.get("cells_per_job"),
                  margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=copies,

@@ -83,6 +83,7 @@ def price(cells: Iterable[Cell], times: StepTimes, *, executor: str, cells_per_j
     """The bill of training `cells` in the paper profile's jobs, each run `copies` times
     (pack_size: the stacks of cells_per_job pack)."""
     from .jobs import pack_stacks
+    from .resources import job_processes
     from .runtime import job_seconds
 
     pack = pack_size if cells_per_job == "pack" else 1
@@ -93,7 +94,7 @@ def price(cells: Iterable[Cell], times: StepTimes, *, executor: str, cells_per_j
         job_cells = [by_id[c] for c in job.cells]
         req = job_runtime(job_cells, times, executor=executor, margin=margin,
                           max_minutes=max_minutes, pack_size=pack)
-        gpus = job_cells[0].nodes if executor.startswith("distributed") else 1
+        gpus = job_processes(job_cells, distributed=executor.startswith("distributed"), name=job.name)
         seconds = job_seconds(job_cells, times, executor=executor, pack_size=pack)
         stacks = pack_stacks(job_cells, pack)
         for stack in stacks:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..errors import ConfigError
@@ -62,6 +63,21 @@ class StepTimes:
                     raise ConfigError(f"step times: {what}.{k}: {v!r} is not a positive number")
         if not 0 <= self.eval_share < 10:
             raise ConfigError(f"step times: eval_share {self.eval_share!r} is not in [0, 10)")
+
+    @classmethod
+    def load(cls, path) -> "StepTimes":
+        """A step-times YAML file (config/step-times.yaml); ConfigError in one line if unreadable."""
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(f"step_times: cannot read {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: not a mapping of step times")
+        return cls.from_mapping(data)
 
     @classmethod
     def from_mapping(cls, m: Mapping) -> "StepTimes":

@@ -58,7 +58,11 @@ from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
-from lpdl_core.pipeline.runtime import step_kind  # noqa: E402
+from lpdl_core.pipeline.runtime import StepTimes, step_kind  # noqa: E402
+from lpdl_core.pipeline.resources import (
+    Planner,
+    job_priority as priority_of,
+)  # noqa: E402
 from lpdl_core.pipeline.runstore import (
     ARTIFACTS as RUN_ARTIFACTS,
     run_identity,
@@ -133,132 +137,33 @@ def job_identity(job, wildcards):
     return json.dumps(idents, sort_keys=True)
 
 
-# Minutes per mini cell on one CPU thread (measured on a 2-core machine: 1-25 s per cell plus the
-# job's start-up). Paper cells: from measured GPU step times (config step_times,
-# lpdl_core/pipeline/runtime.py) with a margin, capped at max_runtime (the partition's MaxTime): a
-# longer job is cut there and its retry resumes from the checkpoint, so the request never grows.
-MINI_CELL_MINUTES = 2
-# host memory (MB) of a paper job by model: the dataset in memory plus the model's state
-PAPER_MEM_MB = {
-    "resnet20": 24000,
-    "resnet54": 24000,
-    "vgg11": 64000,
-    "resnet18": 64000,
-    "distilbert": 64000,
-}
-# each further process of a distributed job (its own torch, CUDA context and copy of the dataset);
-# an estimate, not measured
-EXTRA_PROCESS_MB = {"mini": 1000, "paper": 4000}
-
-
-def _step_times():
-    from lpdl_core.pipeline.runtime import StepTimes
-
-    try:
-        return StepTimes.from_mapping(
-            yaml.safe_load(Path(config["step_times"]).read_text())
-        )
-    except OSError as e:
-        _fail(f"step_times: cannot read {config['step_times']}: {e.strerror}")
-    except (LpdlError, yaml.YAMLError) as e:
-        _fail(f"{config['step_times']}: {e}".splitlines()[0])
-
-
-STEP_TIMES = _step_times() if PROFILE == "paper" else None
-
-
-# Relative cost of one cell's step by model (measured step times of the mini stand-ins), used to
-# start the longest jobs first so that the last job to finish is a short one.
-_STEP_COST = {
-    "resnet20": 1.0,
-    "resnet54": 1.8,
-    "vgg11": 0.9,
-    "resnet18": 2.0,
-    "mobilenetv2": 1.0,
-    "distilbert": 0.6,
-}
+# What each train job asks its scheduler for (lpdl_core.pipeline.resources): memory, runtime (paper:
+# from measured GPU step times, capped at max_runtime), GPUs as gpu_request says, SLURM tasks for the
+# distributed executor, and a priority that starts the longest jobs first.
+try:
+    PLANNER = Planner(
+        profile=PROFILE,
+        distributed=config["executor"] == "distributed",
+        gpu_request=config.get("gpu_request", "gpus"),
+        step_times=StepTimes.load(config["step_times"]) if PROFILE == "paper" else None,
+        step_kind=step_kind(config["executor"], config.get("compile", False)),
+        margin=config["runtime_margin"],
+        max_minutes=config["max_runtime"],
+        pack_size=(
+            config.get("pack_size", 4) if config.get("cells_per_job") == "pack" else 1
+        ),
+    )
+    JOB_RESOURCES = {
+        j.name: PLANNER.resources([CELL_BY_ID[c] for c in j.cells], j.name)
+        for j in JOBS
+    }
+except LpdlError as e:
+    _fail(e)
 
 
 def job_priority(job):
-    cells = [CELL_BY_ID[c] for c in job.cells if c not in dict(job.shares)]
-    cost = sum(
-        _STEP_COST.get(c.model, 1.0)
-        * max(c.nodes, 1)
-        * (2.3 if c.precision == "int8" else 1.0)
-        for c in cells
-    )
-    return int(cost)
-
-
-GPU_REQUEST = config.get("gpu_request", "gpus")
-
-
-def gres(gpus: int):
-    """--gres=gpu:N for sites that count GPUs as generic resources (gpu_request: gres), else none."""
-    return f"gpu:{gpus}" if GPU_REQUEST == "gres" and gpus else None
-
-
-DISTRIBUTED = config["executor"] == "distributed"
-# the step-time column that sizes the jobs: the executor, compiled or not
-STEP_KIND = step_kind(config["executor"], config.get("compile", False))
-# cells_per_job pack: the most cells a job trains together (1: none packed)
-PACK_SIZE = config.get("pack_size", 4) if config.get("cells_per_job") == "pack" else 1
-
-
-def job_nodes(job) -> int:
-    """The node count of the job's cells (a job's cells share one: a block's)."""
-    nodes = {CELL_BY_ID[c].nodes for c in job.cells}
-    if len(nodes) != 1:
-        _fail(f"job {job.name} mixes cells of {sorted(nodes)} nodes")
-    return nodes.pop()
-
-
-def processes(job) -> int:
-    """Processes of the job: one per node with the distributed executor, else one."""
-    return job_nodes(job) if DISTRIBUTED else 1
-
-
-def task_resources(job) -> dict:
-    """The distributed executor's SLURM job of n tasks, one per node (`srun -n n` in the train
-    script; one GPU per task where the job asks for GPUs). Nothing for one process."""
-    n = processes(job)
-    if n == 1:
-        return {}
-    return {
-        "mpi": "srun",
-        "tasks": n,
-        **({"tasks_per_gpu": 1} if PROFILE == "paper" else {}),
-    }
-
-
-def train_resources(job):
-    """Per-job resources: tiny in the mini profile; in the paper profile the runtime comes from the
-    measured step times (lpdl_core.pipeline.runtime.job_runtime), the memory by model size. The
-    distributed executor asks for memory and GPUs per process."""
-    cells = [CELL_BY_ID[c] for c in job.cells]
-    n = processes(job)
-    if PROFILE == "mini":
-        return {
-            "mem_mb": 3000 + EXTRA_PROCESS_MB["mini"] * (n - 1),
-            "runtime": 10 + MINI_CELL_MINUTES * len(cells),
-            "gpu": 0,
-        }
-    from lpdl_core.pipeline.runtime import job_runtime
-
-    req = job_runtime(
-        cells,
-        STEP_TIMES,
-        executor=STEP_KIND,
-        margin=config["runtime_margin"],
-        max_minutes=config["max_runtime"],
-        pack_size=PACK_SIZE,
-    )
-    return {
-        "mem_mb": max(PAPER_MEM_MB[c.model] for c in cells)
-        + EXTRA_PROCESS_MB["paper"] * (n - 1),
-        "runtime": req.minutes,
-        "gpu": n,
-    }
+    shared = dict(job.shares)
+    return priority_of([CELL_BY_ID[c] for c in job.cells if c not in shared])
 
 
 def long_jobs_check(wildcards):
@@ -270,19 +175,9 @@ def long_jobs_check(wildcards):
     if PROFILE != "paper" or _LONG_JOBS_CHECKED:
         return []
     _LONG_JOBS_CHECKED = True
-    from lpdl_core.pipeline.runtime import job_runtime, retries_warning
+    from lpdl_core.pipeline.runtime import retries_warning
 
-    attempts = [
-        job_runtime(
-            [CELL_BY_ID[c] for c in j.cells],
-            STEP_TIMES,
-            executor=STEP_KIND,
-            margin=config["runtime_margin"],
-            max_minutes=config["max_runtime"],
-            pack_size=PACK_SIZE,
-        ).attempts_needed
-        for j in JOBS
-    ]
+    attempts = PLANNER.attempts(JOBS, CELL_BY_ID)
     settings = getattr(workflow, "execution_settings", None)
     line = retries_warning(
         attempts,

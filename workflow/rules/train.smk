@@ -5,7 +5,7 @@
 # A job reruns only when what defines one of its runs changes (params.identity: each cell's
 # columns, seed, profile, fidelity); device, executor, threads and paths are not part of it.
 # With `executor: distributed` a job runs one process per node: torchrun on this host, or one
-# SLURM job of n tasks (`srun -n n`) under the slurm profile (task_resources, common.smk).
+# SLURM job of n tasks (`srun -n n`) under the slurm profile (lpdl_core.pipeline.resources).
 # {results} is the fidelity mode's folder (results/mini, results/mini-official): the mode's
 # fidelity reaches the job as typed JSON.
 # The data and pretrained weights are fetched and verified before any train job starts (download.smk:
@@ -36,16 +36,10 @@ for _job in JOBS:
             "../envs/train.yaml"
         threads: config["threads_per_job"]
         resources:
-            **task_resources(_job),
-            mem_mb=lambda wc, job=_job: train_resources(job)["mem_mb"],
-            # the same on every attempt: a retry resumes from the checkpoint (common.smk)
-            runtime=lambda wc, job=_job: train_resources(job)["runtime"],
-            # GPUs as sbatch --gpus=N (gpu) or, where a site wants it, --gres=gpu:N (config gpu_request)
-            gpu=lambda wc, job=_job: (
-                0 if GPU_REQUEST == "gres" else train_resources(job)["gpu"]
-            ),
-            gres=lambda wc, job=_job: gres(train_resources(job)["gpu"]),
-            # executor distributed: one SLURM job of n tasks (mpi, tasks; the script runs srun)
+            # lpdl_core.pipeline.resources: the same runtime on every attempt (a retry resumes from
+            # the checkpoint); GPUs as sbatch --gpus=N or --gres=gpu:N (config gpu_request); with
+            # the distributed executor one SLURM job of n tasks (mpi, tasks; the script runs srun)
+            **JOB_RESOURCES[_job.name],
         params:
             identity=lambda wc, job=_job: job_identity(job, wc),
             # shell: is evaluated when the job runs, after this loop has ended: everything
