@@ -20,17 +20,57 @@ from .errors import ConfigError
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
 TABLES = ("table1", "table2", "table3", "table4", "table5", "fig1")   # the paper's artifacts
 PRECISIONS = ("fp32", "int8")          # full precision; 8-bit weights, activations and layer gradients
-PAPER_DATASETS = ("cifar10", "cifar100", "imagenette", "agnews", "sentlen")
-STANDIN_DATASETS = {                   # stand-in -> the paper dataset it replaces in the mini profile
-    "digits": "cifar10",
-    "digits-224": "imagenette",
-    "sentlen-standin": "sentlen",
-    "topics-standin": "agnews",
-}
-DATASETS = PAPER_DATASETS + tuple(STANDIN_DATASETS)
-IMAGE_DATASETS = ("cifar10", "cifar100", "imagenette")   # the CNNs' datasets (input size by dataset)
 CNN_MODELS = ("resnet20", "resnet54", "vgg11", "resnet18", "mobilenetv2")
 TEXT_MODELS = ("distilbert",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+    """What every caller needs to know of a dataset, in one place: its kind, class count, the input
+    side the paper's image models take, and which paper models are built for it (a cell of another
+    model is refused when the cells are loaded). A stand-in names the paper dataset it replaces."""
+    name: str
+    kind: str                      # "image" | "text"
+    classes: int
+    size: int | None = None        # image side in pixels the paper models take (None: text)
+    models: tuple[str, ...] = ()   # the paper models built for it (none for a stand-in)
+    standin_for: str | None = None
+
+    @property
+    def chance(self) -> float:
+        """Accuracy in % of a constant guess over balanced classes."""
+        return 100.0 / self.classes
+
+
+_CIFAR_MODELS = ("resnet20", "resnet54", "vgg11", "mobilenetv2")
+DATASET_SPECS: dict[str, DatasetSpec] = {s.name: s for s in (
+    DatasetSpec(name="cifar10", kind="image", classes=10, size=32, models=_CIFAR_MODELS),
+    DatasetSpec(name="cifar100", kind="image", classes=100, size=32, models=_CIFAR_MODELS),
+    DatasetSpec(name="imagenette", kind="image", classes=10, size=224, models=("vgg11", "resnet18")),
+    DatasetSpec(name="agnews", kind="text", classes=4, models=TEXT_MODELS),
+    DatasetSpec(name="sentlen", kind="text", classes=6, models=TEXT_MODELS),
+    # stand-ins: what the mini profile trains on instead (lpdl_core.data)
+    DatasetSpec(name="digits", kind="image", classes=10, size=32, standin_for="cifar10"),
+    DatasetSpec(name="digits-224", kind="image", classes=10, size=224, standin_for="imagenette"),
+    DatasetSpec(name="sentlen-standin", kind="text", classes=6, standin_for="sentlen"),
+    DatasetSpec(name="topics-standin", kind="text", classes=4, standin_for="agnews"),
+)}
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    if name not in DATASET_SPECS:
+        raise ConfigError(f"unknown dataset {name!r}; valid: {', '.join(DATASET_SPECS)}")
+    return DATASET_SPECS[name]
+
+
+PAPER_DATASETS = tuple(n for n, s in DATASET_SPECS.items() if s.standin_for is None)
+# stand-in -> the paper dataset it replaces in the mini profile
+STANDIN_DATASETS = {n: s.standin_for for n, s in DATASET_SPECS.items() if s.standin_for is not None}
+DATASETS = PAPER_DATASETS + tuple(STANDIN_DATASETS)
+IMAGE_DATASETS = tuple(n for n in PAPER_DATASETS if DATASET_SPECS[n].kind == "image")  # the CNNs' datasets
+# model -> the paper datasets it is built for
+MODEL_DATASETS = {m: tuple(n for n in PAPER_DATASETS if m in DATASET_SPECS[n].models)
+                  for m in CNN_MODELS + TEXT_MODELS}
 MODELS = CNN_MODELS + TEXT_MODELS      # the paper's models (each has a mini stand-in)
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
 GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "complete",

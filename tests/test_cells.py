@@ -127,6 +127,24 @@ def test_invalid_rows_name_file_and_line(tmp_path, edits, column):
         load_cells(d, tables=["table2"])
 
 
+@pytest.mark.parametrize("model, dataset", [("mobilenetv2", "imagenette"), ("resnet18", "cifar10"),
+                                            ("distilbert", "cifar10"), ("resnet20", "agnews")])
+def test_a_model_not_built_for_the_dataset_fails_at_load_time(tmp_path, model, dataset):
+    """The cells read which models fit a dataset from the one DatasetSpec table, as the model
+    registry does: a MobileNetV2 + Imagenette cell used to pass validation and fail to build."""
+    d = _write(tmp_path, {"model": model, "dataset": dataset})
+    with pytest.raises(ValueError, match=rf"table2\.csv:2: dataset: model {model} is not built for {dataset} "):
+        load_cells(d, tables=["table2"])
+
+
+def test_every_model_cell_the_specs_allow_builds_for_that_dataset():
+    from lpdl_core.config import CNN_MODELS, DATASET_SPECS, MODEL_DATASETS
+    from lpdl_core.models.registry import _dataset, input_size
+    for m in CNN_MODELS:
+        for ds in MODEL_DATASETS[m]:
+            assert _dataset(m, ds) == ds and input_size(m, ds) == DATASET_SPECS[ds].size
+
+
 def test_bad_header(tmp_path):
     (tmp_path / "fig1.csv").write_text("table,block\nfig1,x\n")
     with pytest.raises(ValueError, match=r"fig1\.csv:1: header"):

@@ -342,3 +342,16 @@ def test_switch_regex_catches_the_old_forms():
         assert SWITCH.search(line), line
     for line in ('"topk": Compressor(apply=_topk_apply,', 'if name == "auto":'):
         assert not SWITCH.search(line), line
+
+
+def test_every_dataset_spec_has_a_loader_and_every_loader_a_spec():
+    """One DatasetSpec table (lpdl_core.config) names every dataset; the data registry loads each."""
+    from lpdl_core.config import DATASET_SPECS
+    from lpdl_core.data.registry import LOADERS
+    assert set(LOADERS) == set(DATASET_SPECS)
+    for spec in DATASET_SPECS.values():
+        assert spec.kind in ("image", "text") and spec.classes >= 2
+        assert (spec.size is None) == (spec.kind == "text")
+        if spec.standin_for:   # a stand-in matches what it stands in for
+            paper = DATASET_SPECS[spec.standin_for]
+            assert (spec.kind, spec.classes, spec.size) == (paper.kind, paper.classes, paper.size)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..config import DATASET_SPECS
 from .base import DataSplit
 
 NAME = "digits (stand-in: scikit-learn load_digits, 8x8 grey)"
@@ -109,7 +110,7 @@ def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None 
     The name is "digits" at 32 px and "digits-<size>" otherwise (the registry's names).
     """
     if image_size is None:
-        image_size = 224 if standin_for == "imagenette" else 32
+        image_size = DATASET_SPECS[standin_for].size
     if image_size < _SRC or image_size % _SRC:
         raise ValueError(f"image_size must be a positive multiple of {_SRC}, got {image_size}")
     k = image_size // _SRC

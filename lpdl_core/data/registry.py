@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ..config import DATASETS, PAPER_DATASETS, STANDIN_DATASETS as STANDINS
+from ..config import DATASET_SPECS, DATASETS, PAPER_DATASETS, STANDIN_DATASETS as STANDINS
 from .base import DataSplit, DatasetMissing
 
 
@@ -45,7 +45,8 @@ def _topics_standin() -> Callable[..., DataSplit]:
     return load_topics_standin
 
 
-# name -> a function returning its loader; the loader modules are imported only when asked for,
+# name -> a function returning its loader (one per DATASET_SPECS entry: lpdl_core.config holds each
+# dataset's kind, classes, size and models, torch-free, for the planner too); the loader modules are imported only when asked for,
 # so loading digits never imports torchvision's datasets or the text stack
 LOADERS: dict[str, Callable[[], Callable[..., DataSplit]]] = {
     "cifar10": lambda: _cifar("cifar10"),
@@ -53,8 +54,8 @@ LOADERS: dict[str, Callable[[], Callable[..., DataSplit]]] = {
     "imagenette": _imagenette,
     "agnews": _agnews,
     "sentlen": _sentlen,
-    "digits": lambda: _digits("cifar10", 32),
-    "digits-224": lambda: _digits("imagenette", 224),
+    "digits": lambda: _digits("cifar10", DATASET_SPECS["digits"].size),
+    "digits-224": lambda: _digits("imagenette", DATASET_SPECS["digits-224"].size),
     "sentlen-standin": _sentlen_standin,
     "topics-standin": _topics_standin,
 }

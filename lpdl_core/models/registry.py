@@ -11,23 +11,22 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..config import CNN_MODELS as MODELS, IMAGE_DATASETS, PRECISIONS
+from ..config import CNN_MODELS as MODELS, DATASET_SPECS, MODEL_DATASETS, PRECISIONS
 from ..quant.quantizer import QuantCfg
 from .mobilenetv2 import mobilenetv2
 from .resnet_cifar import resnet_cifar
 from .resnet_imagenet import resnet18
 from .vgg import vgg11
 
-CIFAR = ("cifar10", "cifar100")
-# name -> (builder(**kw), the datasets it is built for); resnet18 is the 224-px Imagenette net
-BUILDERS: dict[str, tuple[Callable[..., nn.Module], tuple[str, ...]]] = {
-    "resnet20": (lambda dataset, **kw: resnet_cifar(20, **kw), CIFAR),
-    "resnet54": (lambda dataset, **kw: resnet_cifar(54, **kw), CIFAR),
-    "vgg11": (lambda dataset, **kw: vgg11(dataset=dataset, **kw), IMAGE_DATASETS),
-    "resnet18": (lambda dataset, **kw: resnet18(**kw), ("imagenette",)),
-    "mobilenetv2": (lambda dataset, **kw: mobilenetv2(**kw), CIFAR),
+# name -> builder(dataset, **kw); the datasets each is built for are lpdl_core.config.MODEL_DATASETS
+# (from DATASET_SPECS); resnet18 is the 224-px Imagenette net
+BUILDERS: dict[str, Callable[..., nn.Module]] = {
+    "resnet20": lambda dataset, **kw: resnet_cifar(20, **kw),
+    "resnet54": lambda dataset, **kw: resnet_cifar(54, **kw),
+    "vgg11": lambda dataset, **kw: vgg11(dataset=dataset, **kw),
+    "resnet18": lambda dataset, **kw: resnet18(**kw),
+    "mobilenetv2": lambda dataset, **kw: mobilenetv2(**kw),
 }
-MODEL_DATASETS = {name: datasets for name, (_, datasets) in BUILDERS.items()}
 PAPER_TABLE1 = {"resnet20": "0.27M", "resnet54": "0.76M", "vgg11": "9.49M", "resnet18": "11.2M",
                 "mobilenetv2": "—"}
 
@@ -51,13 +50,13 @@ def build_model(name: str, *, precision: str = "fp32", norm: str | None = None, 
     dataset = _dataset(name, dataset)
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
-    build, _ = BUILDERS[name]
+    build = BUILDERS[name]
     return build(dataset, num_classes=num_classes, precision=precision, norm=norm, qcfg=qcfg)
 
 
 def input_size(name: str, dataset: str | None = None) -> int:
     """Input side in pixels: 224 on Imagenette (ResNet-18 is built for it only), else 32."""
-    return 224 if _dataset(name, dataset) == "imagenette" else 32
+    return DATASET_SPECS[_dataset(name, dataset)].size
 
 
 def count_params(model: nn.Module, trainable_only: bool = True) -> int:

@@ -19,6 +19,7 @@ from ..config import (
     ALGORITHMS,
     GRAPHS,
     MAX_SEED,
+    MODEL_DATASETS,
     MODELS,
     NORMS,
     OPTIMIZERS,
@@ -49,10 +50,6 @@ class CellError(ConfigError):
     def __init__(self, column: str, why: str):
         super().__init__(f"{column}: {why}")
         self.column, self.why = column, why
-
-
-_MODEL_DATA = {"resnet20": ("cifar10", "cifar100"), "resnet54": ("cifar10", "cifar100"),
-               "resnet18": ("imagenette",), "distilbert": ("agnews", "sentlen")}
 
 
 # column -> its valid values, all from the torch-free vocabulary (lpdl_core.config)
@@ -98,8 +95,9 @@ class Cell:
         for col, valid in NAMES.items():
             if getattr(self, col) not in valid:
                 self._fail(col, f"{getattr(self, col)!r} is not one of {', '.join(valid)}")
-        if self.dataset not in _MODEL_DATA.get(self.model, ("cifar10", "cifar100", "imagenette")):
-            self._fail("dataset", f"model {self.model} is not built for {self.dataset}")
+        if self.dataset not in MODEL_DATASETS[self.model]:
+            self._fail("dataset", f"model {self.model} is not built for {self.dataset} "
+                                  f"(it is built for {', '.join(MODEL_DATASETS[self.model])})")
         if self.nodes < 1:
             self._fail("nodes", f"must be >= 1, got {self.nodes}")
         single = self.nodes == 1

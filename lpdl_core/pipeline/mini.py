@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import MINI_STANDINS
+from ..config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
 
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
@@ -34,8 +34,8 @@ WARMUP_FRACTION = 0.3
 TEXT_LR = 5e-3
 TEXT_MAX_LENGTH = 32
 CURVE_EVAL_SAMPLES = 120
-TEXT_STANDINS = {"agnews": "topics-standin", "sentlen": "sentlen-standin"}
-TEXT_CLASSES = {"agnews": 4, "sentlen": 6}
+# paper text dataset -> its stand-in (lpdl_core.config.DATASET_SPECS)
+TEXT_STANDINS = {paper: name for name, paper in STANDIN_DATASETS.items() if DATASET_SPECS[name].kind == "text"}
 TINY_DISTILBERT = dict(dim=64, n_layers=1, n_heads=2, hidden_dim=128)
 STANDINS = MINI_STANDINS  # paper model -> (stand-in, what it is)
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import Fidelity
+from ..config import DATASET_SPECS, Fidelity
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg
@@ -26,7 +26,7 @@ from ..quant.quantizer import QuantCfg
 from ..training.schedule import ScheduleCfg
 from ..training.train import RunCfg, train
 from .cells import Cell
-from .mini import CURVE_EVAL_SAMPLES, TEXT_CLASSES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
+from .mini import CURVE_EVAL_SAMPLES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .ranks import Group
 from .runlock import holds_run_folder
 from .runsh import as_runsh
@@ -118,7 +118,7 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
         from ..quant.norms import NormSpec
         norm = NormSpec(norm, gate=fidelity.range_evonorm_fp)
     if cell.model == "distilbert":
-        labels = TEXT_CLASSES[cell.dataset]
+        labels = DATASET_SPECS[cell.dataset].classes
         if profile == "paper":
             from ..models.transformer import SequenceClassifier, distilbert_classifier
             return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg,
@@ -126,7 +126,7 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
         from ..models.mini import mini_distilbert
         return lambda: mini_distilbert(labels, precision=precision, qcfg=qcfg, max_length=TEXT_MAX_LENGTH,
                                        **TINY_DISTILBERT)
-    classes = 100 if cell.dataset == "cifar100" else 10
+    classes = DATASET_SPECS[cell.dataset].classes
     if profile == "mini":
         from ..models.mini import build_standin
         return lambda: build_standin(cell.model, precision=precision, norm=norm, qcfg=qcfg, num_classes=classes)

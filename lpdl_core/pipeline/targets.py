@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import LEARNED_MARGIN
-from .mini import TEXT_CLASSES
+from ..config import DATASET_SPECS
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def check_targets(results_dir: str | Path, cells, seeds) -> list[Check]:
         for c in base:
             a = acc[c.cell_id]
             if c.model == "distilbert":
-                out.append(_at_least("text >= 2x chance", seed, c.cell_id, a, 200 / TEXT_CLASSES[c.dataset]))
+                out.append(_at_least("text >= 2x chance", seed, c.cell_id, a, 2 * DATASET_SPECS[c.dataset].chance))
             elif c.nodes == 8:
                 out.append(_at_least("8-node >= 90", seed, c.cell_id, a, 90))
             elif c.nodes == 16:
