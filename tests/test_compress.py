@@ -318,3 +318,17 @@ def test_all_kinds_keep_dtype_and_device():
     for kind in COMPRESSORS:
         c = compress(v, TINY, CompressorCfg(kind=kind, ratio=0.5), gen(0))
         assert c.shape == v.shape and c.dtype == v.dtype and c.device == v.device
+
+
+def test_top_k_is_the_one_constructor_of_the_papers_compression():
+    """A cell's percent, the official k and the demo's fraction all become CompressorCfg.top_k(drop)."""
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.runcell import plan_cell
+    assert CompressorCfg.top_k(0) == CompressorCfg()
+    assert CompressorCfg.top_k(0.99, bytes_metric="legacy") == CompressorCfg(kind="topk", ratio=0.99,
+                                                                             bytes_metric="legacy")
+    for c in load_cells(tables=["table2"])[:12]:
+        comp = plan_cell(c, "paper").gossip.compressor
+        assert comp == CompressorCfg.top_k(c.drop) and c.drop == c.compression / 100
+    with pytest.raises(ValueError, match="ratio must be in"):
+        CompressorCfg.top_k(1.0)

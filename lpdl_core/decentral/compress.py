@@ -78,6 +78,15 @@ class CompressorCfg:
         if self.bytes_metric not in BYTES_METRICS:
             raise ValueError(f"bytes_metric must be one of {BYTES_METRICS}, got {self.bytes_metric!r}")
 
+    @classmethod
+    def top_k(cls, drop: float, *, bytes_metric: str = "exact") -> "CompressorCfg":
+        """The paper's compression, the one constructor every caller uses: layer-wise top-k
+        dropping the fraction `drop` of each tensor (the official `--k`; a cell's "99 %" is
+        drop = 0.99, its compression percent / 100), or no compression (identity) at drop 0."""
+        if drop == 0:
+            return cls(bytes_metric=bytes_metric)
+        return cls(kind="topk", ratio=drop, bytes_metric=bytes_metric)
+
     @property
     def is_identity(self) -> bool:
         """True when C(v) == v exactly (so callers may skip compression and error feedback)."""

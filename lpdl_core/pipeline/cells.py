@@ -134,6 +134,11 @@ class Cell:
             self._fail("seed", f"must be in [0, {MAX_SEED}], got {self.seed}")
 
     @property
+    def drop(self) -> float:
+        """The fraction of each tensor top-k drops (the official k): compression percent / 100."""
+        return self.compression / 100
+
+    @property
     def cell_id(self) -> str:
         """t<k>-[dataset-]model-<topo><n>-c<comp>-s<skew>-<algorithm>-<precision>[-qgm][-<norm>].
 

@@ -70,14 +70,13 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
               fidelity: Fidelity = Fidelity(), data_root: str | None = None) -> Plan:
     if profile not in PROFILES:
         raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
-    paper_id, ratio, mapping = cell.cell_id, cell.compression / 100, []
+    paper_id, ratio, mapping = cell.cell_id, cell.drop, []
     if fidelity.cell_settings == "run.sh":  # the cell as the official run.sh ran it (pipeline/runsh.py)
         cell, ratio, mapping = as_runsh(cell)
     text = cell.model == "distilbert"
     lp = cell.precision == "int8"
     qcfg = quant_cfg(fidelity) if lp else None
-    comp = CompressorCfg(kind="topk", ratio=ratio, bytes_metric=fidelity.bytes_metric) \
-        if cell.compression else CompressorCfg(bytes_metric=fidelity.bytes_metric)
+    comp = CompressorCfg.top_k(ratio, bytes_metric=fidelity.bytes_metric)
     gossip = GossipCfg(algorithm="dpsgd" if cell.algorithm == "none" else cell.algorithm, eta=cell.eta,
                        compressor=comp, choco_form=fidelity.choco_form, choco_replicas=fidelity.choco_replicas)
     if cell.optimizer == "adam":

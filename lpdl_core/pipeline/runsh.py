@@ -134,7 +134,7 @@ def apply_runsh(cell: Cell, override: RunshOverride) -> Cell:
         raise ValueError(f"run.sh override for {override.cell_id} applied to {cell.cell_id}")
     new: dict[str, object] = {}
     for name, value in override.changes.items():
-        old = cell.compression / 100 if name == "k" else getattr(cell, name)
+        old = cell.drop if name == "k" else getattr(cell, name)
         if value == old:
             raise ValueError(f"{cell.cell_id}: run.sh line {override.line} sets {name} to the paper's {old!r}")
         new["compression" if name == "k" else name] = round(100 * value) if name == "k" else value
@@ -143,7 +143,7 @@ def apply_runsh(cell: Cell, override: RunshOverride) -> Cell:
 
 def topk_ratio(cell: Cell, override: RunshOverride | None = None) -> float:
     """The fraction of each tensor a run's top-k drops: run.sh's k, else the cell's percent / 100."""
-    return override.k if override is not None and override.k is not None else cell.compression / 100
+    return override.k if override is not None and override.k is not None else cell.drop
 
 
 def describe(cell: Cell, override: RunshOverride) -> list[str]:

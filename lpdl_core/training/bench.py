@@ -52,7 +52,7 @@ def gossip_for(compression: float) -> GossipCfg:
         raise ValueError(f"compression must be a percentage in [0, 100), got {compression}")
     if compression == 0:
         return GossipCfg()
-    return GossipCfg(eta=0.01, compressor=CompressorCfg(kind="topk", ratio=compression / 100))
+    return GossipCfg(eta=0.01, compressor=CompressorCfg.top_k(compression / 100))
 
 
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,

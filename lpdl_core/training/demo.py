@@ -53,7 +53,7 @@ def run_demo(*, epochs: int = 8, nodes: int = 8, skew: float = 0.8, graph: str =
     topo = Topology(name=graph, n=nodes)
     out = []
     for r in runs:
-        comp = CompressorCfg(kind="topk", ratio=r.compression) if r.compression else CompressorCfg()
+        comp = CompressorCfg.top_k(r.compression)
         result = train(
             lambda: tiny_cnn(1, 10), split, topology=topo,
             gossip=GossipCfg(algorithm=r.algorithm, eta=r.eta, compressor=comp),
