@@ -24,7 +24,7 @@ def test_registries_hold_exactly_the_vocabulary():
     from lpdl_core.models.registry import BUILDERS, MODEL_DATASETS
 
     assert tuple(BUILDERS) == config.CNN_MODELS
-    assert all(set(d) <= set(config.IMAGE_DATASETS) for d in MODEL_DATASETS.values())
+    assert all(set(MODEL_DATASETS[m]) <= set(config.IMAGE_DATASETS) for m in config.CNN_MODELS)
     assert tuple(LOADERS) == config.DATASETS
     assert set(config.STANDIN_DATASETS.values()) <= set(config.PAPER_DATASETS)
     assert tuple(algorithms.REGISTRY) == config.ALGORITHMS
@@ -103,3 +103,30 @@ def test_fidelity_json_is_typed_and_checked(tmp_path, text, why):
                         "--out", str(tmp_path / "x"), "--fidelity-json", text], capture_output=True, text=True)
     assert r.returncode == 2 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_fidelity_values_have_one_home():
+    """The components validate a fidelity option's value against config.FIDELITY_CHOICES itself,
+    never a second copy: a value added there is accepted everywhere, a typo rejected everywhere."""
+    import pytest
+
+    from lpdl_core.config import FIDELITY_CHOICES
+    from lpdl_core.decentral import compress
+    from lpdl_core.decentral.algorithms.base import GossipCfg
+    from lpdl_core.quant import quantizer
+    from lpdl_core.quant.norms import GATES
+    from lpdl_core.training.train import RunCfg
+
+    assert quantizer.ROUNDINGS is FIDELITY_CHOICES["act_rounding"]
+    assert compress.BYTES_METRICS is FIDELITY_CHOICES["bytes_metric"]
+    assert set(FIDELITY_CHOICES["range_evonorm_fp"]) <= set(GATES)
+    for name in ("choco_form", "choco_replicas"):
+        for v in FIDELITY_CHOICES[name]:
+            GossipCfg(**{name: v})
+        with pytest.raises(ValueError, match=f"gossip.{name} must be one of"):
+            GossipCfg(**{name: "nope"})
+    for name in ("final_rounds", "epoch_test", "final_round_limit"):
+        for v in FIDELITY_CHOICES[name]:
+            RunCfg(epochs=1, batch_size=8, lr=0.1, **{name: v})
+        with pytest.raises(ValueError, match=f"run.{name} must be one of"):
+            RunCfg(epochs=1, batch_size=8, lr=0.1, **{name: "nope"})

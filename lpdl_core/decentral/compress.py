@@ -34,9 +34,10 @@ from lpdl_core.decentral.compressors import (
     qsgd_levels as qsgd_levels,
     qsgd_value as qsgd_value,
 )
+from lpdl_core.config import FIDELITY_CHOICES
 from lpdl_core.decentral.layout import Layout
 
-BYTES_METRICS = ("exact", "legacy")
+BYTES_METRICS = FIDELITY_CHOICES["bytes_metric"]  # the fidelity option's values, declared once
 
 
 @dataclass(frozen=True, kw_only=True)

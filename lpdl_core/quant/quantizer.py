@@ -19,7 +19,9 @@ from typing import Literal
 
 import torch
 
-ROUNDINGS = ("nearest", "stochastic")
+from ..config import FIDELITY_CHOICES
+
+ROUNDINGS = FIDELITY_CHOICES["act_rounding"]  # the fidelity option's values, declared once
 # quantize/quantize_grad in the form torch.compile traces, with the switch that selects it: set by
 # lpdl_core.quant.traced when imported (it reads this module's arithmetic, so this one cannot import it)
 TRACEABLE: dict = {}

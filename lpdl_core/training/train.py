@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import DEFAULT_SEED
+from ..config import DEFAULT_SEED, FIDELITY_CHOICES
 from ..data.augment import augment_batch
 from ..data.base import DataSplit
 from ..data.sampler import NodeSampler
@@ -88,13 +88,10 @@ class RunCfg:
             raise ValueError("run.final_gossip_rounds must be >= 0")
         if self.curve_eval_samples is not None and self.curve_eval_samples < 1:
             raise ValueError("run.curve_eval_samples must be >= 1 or None")
-        if self.final_rounds not in ("gossip-only", "train-forward", "allreduce"):
-            raise ValueError(f"run.final_rounds must be one of gossip-only, train-forward, allreduce, "
-                             f"got {self.final_rounds!r}")
         if self.data_on not in ("device", "host"):
             raise ValueError(f"run.data_on must be 'device' or 'host', got {self.data_on!r}")
-        for name, allowed in (("epoch_test", ("after-gossip", "before-last-gossip")),
-                              ("final_round_limit", ("cell", "epoch-batches"))):
+        for name in ("final_rounds", "epoch_test", "final_round_limit"):  # the fidelity values, declared once
+            allowed = FIDELITY_CHOICES[name]
             if getattr(self, name) not in allowed:
                 raise ValueError(f"run.{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if self.final_trailing_forward and self.final_rounds != "train-forward":

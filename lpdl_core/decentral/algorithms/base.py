@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, NamedTuple
 
 import torch
 
-from ...config import ALGORITHMS
+from ...config import ALGORITHMS, FIDELITY_CHOICES
 from ..compress import CompressorCfg
 
 
@@ -55,11 +55,10 @@ class GossipCfg:
         if self.algorithm == "dpsgd" and not self.compressor.is_identity:
             raise ValueError("gossip.algorithm 'dpsgd' sends full models; use 'ds' or 'choco' "
                              "for a compressed exchange (compressor must be identity)")
-        if self.choco_form not in ("paper", "code"):
-            raise ValueError(f"gossip.choco_form must be 'paper' or 'code', got {self.choco_form!r}")
-        if self.choco_replicas not in ("per-neighbour", "official-aggregate"):
-            raise ValueError("gossip.choco_replicas must be 'per-neighbour' or 'official-aggregate', "
-                             f"got {self.choco_replicas!r}")
+        for name in ("choco_form", "choco_replicas"):  # the fidelity options' values, declared once
+            if getattr(self, name) not in FIDELITY_CHOICES[name]:
+                raise ValueError(f"gossip.{name} must be one of {', '.join(FIDELITY_CHOICES[name])}, "
+                                 f"got {getattr(self, name)!r}")
 
 
 def _never(cfg: GossipCfg) -> bool:
