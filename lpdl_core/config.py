@@ -117,6 +117,7 @@ MAX_BATCH = 4096             # samples per node and step (lpdl bench)
 MAX_DEMO_EPOCHS = 10000      # lpdl demo / snakemake demo: days of CPU time, far past any use
 # seconds a distributed rank waits for another: a rank silent for a day is dead, and a paper job is
 # cut at max_runtime anyway (its retry resumes from the checkpoint)
+DEFAULT_DIST_TIMEOUT_S = 300.0  # distributed executor: a rank's wait (rendezvous, messages, collectives)
 MAX_DIST_TIMEOUT_S = 86400.0
 MAX_THREADS = 1024           # torch threads per job: more than the cores of any one machine
 MAX_RUNTIME_MIN = 43200      # a job's SLURM runtime request (30 days): a longer job resumes on retry
@@ -338,6 +339,7 @@ def with_vocabulary(schema: Mapping) -> dict:
     props["demo"]["properties"]["nodes"]["maximum"] = MAX_NODES["demo"]
     props["demo"]["properties"]["epochs"]["maximum"] = MAX_DEMO_EPOCHS
     props["dist_timeout"]["maximum"] = MAX_DIST_TIMEOUT_S
+    props["dist_timeout"]["default"] = DEFAULT_DIST_TIMEOUT_S
     props["threads_per_job"]["maximum"] = MAX_THREADS
     props["pack_size"]["maximum"] = MAX_PACK_SIZE
     props["max_runtime"]["maximum"] = MAX_RUNTIME_MIN

@@ -130,3 +130,31 @@ def test_fidelity_values_have_one_home():
             RunCfg(epochs=1, batch_size=8, lr=0.1, **{name: v})
         with pytest.raises(ValueError, match=f"run.{name} must be one of"):
             RunCfg(epochs=1, batch_size=8, lr=0.1, **{name: "nope"})
+
+
+def test_no_module_declares_a_vocabulary_name_again():
+    """PROFILES, PRECISIONS, the timeouts, DEFAULT_SEED and every other upper-case name of
+    lpdl_core.config are assigned there only; other modules import them."""
+    import ast
+
+    pkg = ROOT / "lpdl_core"
+    own = {t.id for node in ast.parse((pkg / "config.py").read_text()).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+           for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+           if isinstance(t, ast.Name) and t.id.isupper()}
+    again = []
+    for path in pkg.rglob("*.py"):
+        if path.name == "config.py" and path.parent == pkg:
+            continue
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            again += [f"{path.relative_to(ROOT)}:{node.lineno}: {t.id}" for t in targets
+                      if isinstance(t, ast.Name) and t.id in own]
+    assert not again, again
+
+
+def test_the_distributed_timeout_has_one_home():
+    from lpdl_core.cli import args
+    from lpdl_core.pipeline import ranks
+    assert args.DEFAULT_TIMEOUT_S == ranks.DEFAULT_TIMEOUT_S == config.DEFAULT_DIST_TIMEOUT_S
+    schema = config.with_vocabulary(yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text()))
+    assert schema["properties"]["dist_timeout"]["default"] == config.DEFAULT_DIST_TIMEOUT_S

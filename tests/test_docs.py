@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
 
 # Built from pieces so that this file does not match itself.
 OUTSIDE = ["../" + "shared", "shared/" + "paper", "shared/" + "reference",
@@ -74,6 +76,8 @@ def _anchors(md: Path) -> set[str]:
             n = seen.get(s, 0)
             seen[s] = n + 1
             out.add(s if n == 0 else f"{s}-{n}")
+        if not in_code:
+            out.update(re.findall(r'<a id="([^"]+)"></a>', line))
     return out
 
 
@@ -123,3 +127,67 @@ def test_readme_dates_its_measurements():
     text = (ROOT / "README.md").read_text(encoding="utf-8").lower()
     found = [p for p in README_PHRASES if p in text]
     assert not found, f"README.md says when in the work something was measured: {found}"
+
+
+def test_readme_is_short():
+    """What lpdl is, the two commands, what you get, SLURM and a map of the docs: the rest is in docs/."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_readme_screenshot_is_a_png():
+    shot = ROOT / "docs" / "report-screenshot.png"
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_measurements_page_and_quotes_are_current():
+    """docs/measurements.md and every quoted figure are what scripts/measurements.py writes from
+    docs/measurements/facts/*.json (run `make measurements` after editing a fact)."""
+    import measurements
+    assert measurements.stale() == []
+    assert subprocess.run([sys.executable, str(ROOT / "scripts/measurements.py"), "--check"]).returncode == 0
+
+
+def test_every_quote_names_a_known_fact():
+    import measurements
+    facts, machines = measurements.load()
+    assert facts, "no facts"
+    for page in measurements.quoting_pages():
+        if page.exists():
+            for fid in measurements.QUOTE.findall(page.read_text(encoding="utf-8")):
+                assert fid[0] in facts, f"{page.name} quotes unknown fact {fid[0]}"
+
+
+def test_a_malformed_fact_is_one_line(tmp_path, monkeypatch):
+    import json
+
+    import measurements
+    facts = tmp_path / "facts"
+    facts.mkdir()
+    (facts / "x.json").write_text(json.dumps({"topic": "step", "title": "t", "value": "1 s",
+                                               "date": "26 Nov 2026", "commit": "abc1234",
+                                               "machine": "epyc-2core", "command": "c"}))
+    monkeypatch.setattr(measurements, "FACTS", facts)
+    with pytest.raises(measurements.FactError, match="date '26 Nov 2026' is not YYYY-MM-DD"):
+        measurements.load()
+    (facts / "x.json").write_text(json.dumps({"topic": "step", "title": "t", "value": "1 s",
+                                               "date": "2026-11-26", "commit": "abc1234",
+                                               "machine": "a-laptop", "command": "c"}))
+    with pytest.raises(measurements.FactError, match="machine 'a-laptop' is not in machines.json"):
+        measurements.load()
+
+
+def test_fact_commits_exist_in_history():
+    """A fact names a commit of this repository (skipped in a shallow clone)."""
+    import measurements
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT,
+                             capture_output=True, text=True).stdout.strip()
+    if shallow == "true":
+        pytest.skip("shallow clone")
+    facts, _ = measurements.load()
+    missing = [f"{k}: {f['commit']}" for k, f in facts.items()
+               if subprocess.run(["git", "cat-file", "-e", f"{f['commit']}^{{commit}}"], cwd=ROOT,
+                                 capture_output=True).returncode != 0]
+    assert not missing, missing

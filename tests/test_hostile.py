@@ -1,6 +1,6 @@
 """Hostile inputs and faults, in one place: what lpdl promises when things go wrong.
 
-Every case is a promise of the README's "What lpdl guarantees":
+Every case is a promise of docs/guarantees.md:
   * a finished result is never lost and never recomputed for nothing;
   * one run identity: no number is ever filed under the wrong cell, seed, profile or setting, and
     no checkpoint of another run is resumed;

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..config import MAX_BATCH, MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_SEED  # noqa: F401
+from ..config import DEFAULT_DIST_TIMEOUT_S, MAX_BATCH, MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_SEED  # noqa: F401
 
 # Upper bounds that stop absurd sizes before anything is allocated: lpdl_core.config's MAX_*, the
 # one home of each limit (the workflow config and the cells CSVs check the same ones).
-DEFAULT_TIMEOUT_S = 300.0  # == lpdl_core.pipeline.ranks.DEFAULT_TIMEOUT_S (torch-free copy; a test checks)
+DEFAULT_TIMEOUT_S = DEFAULT_DIST_TIMEOUT_S  # lpdl_core.config's, as pipeline.ranks uses it
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

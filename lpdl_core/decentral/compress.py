@@ -45,7 +45,7 @@ class CompressorCfg:
     """What each node does to a message before sending it.
 
     Attributes:
-        kind: one of `COMPRESSORS` (a key of `REGISTRY`).
+        kind: one of `config.COMPRESSORS` (a key of `REGISTRY`; a test holds the two equal).
         ratio: fraction of each tensor DROPPED (official `--k`): 0.99 keeps the top 1% ("99%
             compression"). Used by topk/randomk only; ignored (but still range-checked) otherwise,
             as the official code ignores `--k` for QSGD.
@@ -162,7 +162,6 @@ REGISTRY: dict[str, Compressor] = {
     "minmax8": Compressor(apply=_minmax_apply, wire_bytes=_minmax_bytes),
     "qsgd": Compressor(apply=_qsgd_apply, wire_bytes=_qsgd_bytes, identity_when=_qsgd_exact, random=True),
 }
-COMPRESSORS = tuple(REGISTRY)  # the built-in kinds, in registry order
 
 
 # ----------------------------------------------------------------------------- dispatch

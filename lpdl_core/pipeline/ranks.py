@@ -28,10 +28,11 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
 
+from ..config import DEFAULT_DIST_TIMEOUT_S
 from ..errors import LpdlError
 
 T = TypeVar("T")
-DEFAULT_TIMEOUT_S = 300.0  # the rendezvous, every message wait and every collective
+DEFAULT_TIMEOUT_S = DEFAULT_DIST_TIMEOUT_S  # the rendezvous, every message wait and every collective
 LAUNCHER_ENV = "LPDL_LAUNCHER_PID"  # set by `lpdl train` for the ranks it starts: the pid to stop
 
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import DATASET_SPECS, Fidelity
+from ..config import DATASET_SPECS, PROFILES, Fidelity
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg
@@ -32,7 +32,6 @@ from .runlock import holds_run_folder
 from .runsh import as_runsh
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
-PROFILES = ("mini", "paper")
 # The paper's DistilBERT on the Hugging Face hub: its tokenizer and its pretrained encoder weights.
 # A plan lists it in hub_models, so `lpdl prefetch` (lpdl_core.pipeline.prefetch) fetches exactly what
 # the run will load.

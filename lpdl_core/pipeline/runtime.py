@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..config import PRECISIONS
 from ..errors import ConfigError
 from .cells import Cell
 
-PRECISIONS = ("fp32", "int8")
 
 
 @dataclass(frozen=True, kw_only=True)

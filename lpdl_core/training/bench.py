@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 
+from ..config import PRECISIONS
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg, Simulator
@@ -57,7 +58,7 @@ def gossip_for(compression: float) -> GossipCfg:
 
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
                warmup: int = 2, executor: str = "loop", device: str = "auto",
-               dataset: str | None = None, precisions: tuple[str, ...] = ("fp32", "int8"),
+               dataset: str | None = None, precisions: tuple[str, ...] = PRECISIONS,
                compression: float = 0.0, compile: bool = False, compile_mode: str = "auto", pack: int = 1,
                progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import DEFAULT_DIST_TIMEOUT_S
 from ..decentral import p2p
 from ..errors import LpdlError
 from ..decentral.algorithms.base import GossipCfg
@@ -82,7 +83,7 @@ def _rank(spec: dict, out: str) -> None:
 
 def bench_distributed(*, model: str, nodes: int, batch: int, steps: int, warmup: int, device: str,
                       dataset: str | None, precisions: tuple[str, ...], gossip: GossipCfg = GossipCfg(),
-                      timeout_s: float = 300.0) -> dict:
+                      timeout_s: float = DEFAULT_DIST_TIMEOUT_S) -> dict:
     """Median seconds per step of the n ranks for each precision, with each rank's phase split."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())

@@ -2,8 +2,8 @@
 distributed executor (one process per node, `NodeProcess`)."""
 from .distributed import NodeProcess
 from .evaluate import Evaluation, evaluate, evaluate_cells
-from .executors import EXECUTORS, BatchedExecutor, LoopExecutor
+from .executors import BatchedExecutor, LoopExecutor
 from .simulator import EngineCfg, Simulator, resolve_device
 
-__all__ = ["EXECUTORS", "BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor", "NodeProcess",
+__all__ = ["BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor", "NodeProcess",
            "Simulator", "evaluate", "evaluate_cells", "resolve_device"]

@@ -222,7 +222,6 @@ REGISTRY: dict[str, type[LoopExecutor] | type[BatchedExecutor]] = {
     LoopExecutor.name: LoopExecutor,
     BatchedExecutor.name: BatchedExecutor,
 }
-EXECUTORS = tuple(REGISTRY)  # == lpdl_core.config.EXECUTORS (the torch-free copy; a test checks)
 
 
 def make_executor(kind: str, make_model, n: int, layout: Layout, Z: torch.Tensor, loss_fn: LossFn,

@@ -16,10 +16,10 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ...config import DEFAULT_SEED
+from ...config import COMPRESSORS, DEFAULT_SEED
 from .. import p2p
 from ..algorithms import ALGORITHMS, GossipCfg
-from ..compress import COMPRESSORS, CompressorCfg
+from ..compress import CompressorCfg
 from ..topology import GRAPHS, Topology
 from .distributed import NodeProcess
 from .simulator import EngineCfg, Simulator

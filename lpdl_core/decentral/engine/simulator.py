@@ -33,7 +33,7 @@ from ..layout import Layout, node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
 from .compiled import CompileCfg, CompiledStep
-from .executors import EXECUTORS as IN_PROCESS
+from .executors import REGISTRY as IN_PROCESS
 from .executors import make_executor
 
 
