@@ -499,3 +499,18 @@ def test_act_false_drops_only_a_separate_relu(kind):
     else:
         assert torch.equal(a, b)
         assert trunk_activation(kind) is None
+
+
+def test_norms_are_a_registry_of_the_vocabulary():
+    from lpdl_core.config import NORMS
+    from lpdl_core.quant.norms import REGISTRY, RELU_KINDS, make_norm
+    from lpdl_core.quant.quantizer import QuantCfg
+    assert tuple(REGISTRY) == NORMS
+    assert RELU_KINDS == ("range-bn", "bn", "gn")
+    for kind, norm in REGISTRY.items():
+        if not norm.needs_qcfg:
+            make_norm(kind, 16)
+        if not norm.lp_instead:
+            make_norm(kind, 16, qcfg=QuantCfg())
+        else:
+            assert REGISTRY[norm.lp_instead].lp_instead is None   # the suggested kind takes 8 bits

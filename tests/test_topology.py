@@ -242,3 +242,17 @@ def test_invalid(kwargs):
 def test_invalid_name_lists_valid_names():
     with pytest.raises(ValueError, match="directed-ring"):
         mixing_matrix("nope", 4)
+
+
+def test_graphs_are_a_registry_of_the_vocabulary():
+    from lpdl_core.config import GRAPHS
+    from lpdl_core.decentral.topology import REGISTRY
+    assert tuple(REGISTRY) == GRAPHS
+    for name in GRAPHS:
+        for n in (1, 2, 5, 8, 16):
+            if name == "grid-official" and 1 < n < 5:
+                continue
+            topo = Topology(name=name, n=n)
+            assert topo.period == (REGISTRY[name].period(n) if n > 1 else 1)
+            for t in range(topo.period):
+                assert is_column_stochastic(topo.W(t))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -67,9 +68,7 @@ class Topology:
     @property
     def period(self) -> int:
         """Number of distinct W(t) in the schedule (1 for static graphs)."""
-        if self.name == "time-varying-exponential" and self.n > 1:
-            return _num_exponents(self.n)
-        return 1
+        return REGISTRY[self.name].period(self.n) if self.n > 1 else 1
 
     def _peers(self, t: int) -> tuple[tuple[int, ...], ...]:
         """Out-peer list per sender at iteration t, duplicates kept only where the official code keeps them."""
@@ -106,47 +105,83 @@ class Topology:
         return sorted(es)
 
 
+def _directed_ring(n, rows, seed, t):
+    return tuple(((i + 1) % n,) for i in range(n))
+
+
+def _ring(n, rows, seed, t):
+    # n=2: i+1 == i-1, a single peer (the undirected edge is not doubled).
+    return tuple(tuple(sorted({(i + 1) % n, (i - 1) % n})) for i in range(n))
+
+
+def _torus(n, rows, seed, t):
+    r = rows if rows is not None else _default_rows(n)
+    c = n // r
+    out = []
+    for i in range(n):
+        a, b = divmod(i, c)
+        nb = {((a + 1) % r) * c + b, ((a - 1) % r) * c + b, a * c + (b + 1) % c, a * c + (b - 1) % c}
+        # Degenerate dimensions (1 or 2 rows/cols) wrap onto self or onto the same peer twice.
+        out.append(tuple(sorted(nb - {i})))
+    return tuple(out)
+
+
+def _grid_official(n, rows, seed, t):
+    # Official _add_peers never detects duplicates, so for n=8 i+4 == i-4 is sent twice.
+    return tuple(((i + 1) % n, (i - 1) % n, (i + 4) % n, (i - 4) % n) for i in range(n))
+
+
+def _exponential(n, rows, seed, t):
+    return tuple(tuple((i + 2**k) % n for k in range(_num_exponents(n))) for i in range(n))
+
+
+def _complete(n, rows, seed, t):
+    return tuple(tuple(j for j in range(n) if j != i) for i in range(n))
+
+
+def _time_varying_exponential(n, rows, seed, t):
+    # SGP's DynamicDirectedExponentialGraph: one peer per iteration, cycling the exponents.
+    hop = 2 ** (t % _num_exponents(n))
+    return tuple(((i + hop) % n,) for i in range(n))
+
+
+def _random_directed(n, rows, seed, t):
+    rng = np.random.default_rng(seed)
+    extra = rng.random((n, n)) < _RANDOM_EDGE_P  # extra[j, i]: edge j -> i
+    out = []
+    for j in range(n):
+        # The directed ring j -> j+1 guarantees strong connectivity.
+        peers = {(j + 1) % n} | {i for i in range(n) if i != j and extra[j, i]}
+        out.append(tuple(sorted(peers)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A registered graph: its out-peer lists per sender at iteration t (duplicates kept only where
+    the official code keeps them), and its schedule's period for n nodes (1: static)."""
+    peers: Callable[[int, int | None, int, int], tuple[tuple[int, ...], ...]]
+    period: Callable[[int], int] = lambda n: 1
+
+
+# name -> Graph, in config.GRAPHS order (a test holds the two equal)
+REGISTRY: dict[str, Graph] = {
+    "directed-ring": Graph(_directed_ring),
+    "ring": Graph(_ring),
+    "torus": Graph(_torus),
+    "grid-official": Graph(_grid_official),
+    "exponential": Graph(_exponential),
+    "complete": Graph(_complete),
+    "time-varying-exponential": Graph(_time_varying_exponential, period=_num_exponents),
+    "random-directed": Graph(_random_directed),
+}
+
+
 @functools.lru_cache(maxsize=256)
 def _peer_lists(name: str, n: int, rows: int | None, seed: int, t: int) -> tuple[tuple[int, ...], ...]:
     if n == 1:
         return ((),)
-    idx = range(n)
-    if name == "directed-ring":
-        return tuple(((i + 1) % n,) for i in idx)
-    if name == "ring":
-        # n=2: i+1 == i-1, a single peer (the undirected edge is not doubled).
-        return tuple(tuple(sorted({(i + 1) % n, (i - 1) % n})) for i in idx)
-    if name == "torus":
-        r = rows if rows is not None else _default_rows(n)
-        c = n // r
-        out = []
-        for i in idx:
-            a, b = divmod(i, c)
-            nb = {((a + 1) % r) * c + b, ((a - 1) % r) * c + b, a * c + (b + 1) % c, a * c + (b - 1) % c}
-            # Degenerate dimensions (1 or 2 rows/cols) wrap onto self or onto the same peer twice.
-            out.append(tuple(sorted(nb - {i})))
-        return tuple(out)
-    if name == "grid-official":
-        # Official _add_peers never detects duplicates, so for n=8 i+4 == i-4 is sent twice.
-        return tuple(((i + 1) % n, (i - 1) % n, (i + 4) % n, (i - 4) % n) for i in idx)
-    if name == "exponential":
-        return tuple(tuple((i + 2**k) % n for k in range(_num_exponents(n))) for i in idx)
-    if name == "complete":
-        return tuple(tuple(j for j in idx if j != i) for i in idx)
-    if name == "time-varying-exponential":
-        # SGP's DynamicDirectedExponentialGraph: one peer per iteration, cycling the exponents.
-        hop = 2 ** (t % _num_exponents(n))
-        return tuple(((i + hop) % n,) for i in idx)
-    if name == "random-directed":
-        rng = np.random.default_rng(seed)
-        extra = rng.random((n, n)) < _RANDOM_EDGE_P  # extra[j, i]: edge j -> i
-        out = []
-        for j in idx:
-            # The directed ring j -> j+1 guarantees strong connectivity.
-            peers = {(j + 1) % n} | {i for i in idx if i != j and extra[j, i]}
-            out.append(tuple(sorted(peers)))
-        return tuple(out)
-    raise ValueError(f"unknown graph {name!r}")  # unreachable after Topology validation
+    return REGISTRY[name].peers(n, rows, seed, t)
 
 
 @functools.lru_cache(maxsize=256)

@@ -249,7 +249,28 @@ class GroupNormAct(nn.GroupNorm):
 # BN/GN models: there a residual branch's last norm and the shortcut's norm have none, and the
 # ReLU follows the residual add (`trunk_activation`). The EvoNorm kinds' gate is the norm itself
 # (official EvoNorm models have no ReLU anywhere).
-RELU_KINDS = ("range-bn", "bn", "gn")
+@dataclass(frozen=True)
+class NormKind:
+    """A registered norm kind: build(num_features, qcfg, gate, act) -> module; whether it carries
+    a ReLU (left out by act=False, and put after a residual add: `trunk_activation`); for a full-
+    precision-only kind, the 8-bit kind to use instead; whether it needs a QuantCfg."""
+    build: Callable[[int, QuantCfg | None, str, bool], nn.Module]
+    relu: bool = False
+    lp_instead: str | None = None
+    needs_qcfg: bool = False
+
+
+# kind -> NormKind, in config.NORMS order (a test holds the two equal)
+REGISTRY: dict[str, NormKind] = {
+    "evonorm": NormKind(lambda c, q, gate, act: EvoNormS0(c), lp_instead="range-evonorm"),
+    "range-evonorm": NormKind(lambda c, q, gate, act: RangeEvoNorm(c, qcfg=q, activation=gate), needs_qcfg=True),
+    "range-evonorm-fp": NormKind(lambda c, q, gate, act: RangeEvoNorm(c, qcfg=None, activation=gate),
+                                 lp_instead="range-evonorm"),
+    "range-bn": NormKind(lambda c, q, gate, act: RangeBNAct(c, qcfg=q, relu=act), relu=True),
+    "bn": NormKind(lambda c, q, gate, act: BatchNormAct(c, relu=act), relu=True, lp_instead="range-bn"),
+    "gn": NormKind(lambda c, q, gate, act: GroupNormAct(c, relu=act), relu=True, lp_instead="range-bn"),
+}
+RELU_KINDS = tuple(k for k, v in REGISTRY.items() if v.relu)
 
 
 def _kind(kind: str | NormSpec) -> str:
@@ -260,11 +281,6 @@ def trunk_activation(kind: str | NormSpec) -> nn.Module | None:
     """The nonlinearity after a residual add for this norm kind: a ReLU for RELU_KINDS, else None
     (no module, so the EvoNorm models' architecture, which checkpoints record, is unchanged)."""
     return nn.ReLU() if _kind(kind) in RELU_KINDS else None
-
-
-# full-precision-only kinds -> the 8-bit kind to suggest instead
-_FP_ONLY = {"evonorm": "range-evonorm", "range-evonorm-fp": "range-evonorm",
-            "bn": "range-bn", "gn": "range-bn"}
 
 
 def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None = None,
@@ -293,20 +309,11 @@ def make_norm(kind: str | NormSpec, num_features: int, *, qcfg: QuantCfg | None 
     kind, gate = spec.kind, spec.gate
     if kind not in NORMS:
         raise ValueError(f"unknown norm kind {kind!r}; valid kinds: {', '.join(NORMS)}")
-    if qcfg is not None and kind in _FP_ONLY:
+    norm = REGISTRY[kind]
+    if qcfg is not None and norm.lp_instead:
         raise ValueError(f"norm {kind!r} is full precision only; for 8-bit training use "
-                         f"{_FP_ONLY[kind]!r} (or pass qcfg=None)")
-    if kind == "evonorm":
-        return EvoNormS0(num_features)
-    if kind == "range-evonorm":
-        if qcfg is None:
-            raise ValueError("norm 'range-evonorm' is the 8-bit layer and needs a QuantCfg; "
-                             "use 'range-evonorm-fp' for Range EvoNorm at full precision")
-        return RangeEvoNorm(num_features, qcfg=qcfg, activation=gate)
-    if kind == "range-evonorm-fp":
-        return RangeEvoNorm(num_features, qcfg=None, activation=gate)
-    if kind == "range-bn":
-        return RangeBNAct(num_features, qcfg=qcfg, relu=act)
-    if kind == "bn":
-        return BatchNormAct(num_features, relu=act)
-    return GroupNormAct(num_features, relu=act)
+                         f"{norm.lp_instead!r} (or pass qcfg=None)")
+    if qcfg is None and norm.needs_qcfg:
+        raise ValueError("norm 'range-evonorm' is the 8-bit layer and needs a QuantCfg; "
+                         "use 'range-evonorm-fp' for Range EvoNorm at full precision")
+    return norm.build(num_features, qcfg, gate, act)
