@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce reproduce-3seeds reproduce-official demo test test-all venv clean
+.PHONY: reproduce reproduce-3seeds reproduce-official demo test test-all venv clean measurements
 
 venv: $(STAMP)
 
@@ -47,6 +47,10 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
+
+# docs/measurements.md and every figure the docs quote, from docs/measurements/facts/*.json.
+measurements:
+	python3 scripts/measurements.py
 
 clean:
 	rm -rf $(VENV) results/runs
