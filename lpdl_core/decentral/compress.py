@@ -80,6 +80,21 @@ class CompressorCfg:
             raise ValueError(f"bytes_metric must be one of {BYTES_METRICS}, got {self.bytes_metric!r}")
 
     @classmethod
+    def make(cls, kind: str, *, drop: float = 0.0, param: int | None = None,
+             bytes_metric: str = "exact") -> "CompressorCfg":
+        """A cell's compressor: topk/randomk dropping the fraction `drop` (identity at 0), QSGD at
+        level `param`, min-max at `param` bits, or identity."""
+        if kind == "topk":
+            return cls.top_k(drop, bytes_metric=bytes_metric)
+        if kind == "randomk":
+            return cls(kind="randomk", ratio=drop, bytes_metric=bytes_metric) if drop else cls(bytes_metric=bytes_metric)
+        if kind == "qsgd":
+            return cls(kind="qsgd", qsgd_level=param, bytes_metric=bytes_metric)
+        if kind == "minmax8":
+            return cls(kind="minmax8", bits=param, bytes_metric=bytes_metric)
+        return cls(kind=kind, bytes_metric=bytes_metric)
+
+    @classmethod
     def top_k(cls, drop: float, *, bytes_metric: str = "exact") -> "CompressorCfg":
         """The paper's compression, the one constructor every caller uses: layer-wise top-k
         dropping the fraction `drop` of each tensor (the official `--k`; a cell's "99 %" is

@@ -177,6 +177,17 @@ def dirichlet_partition(labels: np.ndarray, n: int, alpha: float, seed: int = DE
                      f"in {max_tries} tries; raise alpha or lower min_size")
 
 
+def node_partition(labels: np.ndarray, n: int, *, skew: float = 0.0, dirichlet_alpha: float | None = None,
+                   seed: int = DEFAULT_SEED) -> list[np.ndarray]:
+    """The partition a run trains on: the paper's skew partition, or a Dirichlet(α) split when
+    `dirichlet_alpha` is given (then skew must be 0: one partition, one parameter)."""
+    if dirichlet_alpha is None:
+        return skew_partition(labels, n, skew, seed=seed)
+    if skew:
+        raise ValueError(f"a Dirichlet partition takes no skew, got skew {skew}")
+    return dirichlet_partition(labels, n, dirichlet_alpha, seed=seed)
+
+
 def histograms(parts: Sequence[np.ndarray], labels: np.ndarray,
                num_classes: int | None = None) -> np.ndarray:
     """Per-node class counts.

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..config import (
     ALGORITHMS,
+    COMPRESSORS,
     GRAPHS,
     MAX_SEED,
     MODEL_DATASETS,
@@ -52,6 +53,11 @@ class CellError(ConfigError):
         self.column, self.why = column, why
 
 
+# the compressors that drop the compression column's percent of each tensor; the others' parameter
+# (name, lowest, highest) follows a colon in the compressor column
+SPARSIFIERS = ("topk", "randomk")
+COMPRESSOR_PARAMS = {"qsgd": ("level", 1, 32), "minmax8": ("bits", 1, 16)}
+
 # column -> its valid values, all from the torch-free vocabulary (lpdl_core.config)
 NAMES: dict[str, tuple[str, ...]] = dict(
     topology=GRAPHS + ("single",), algorithm=ALGORITHMS + ("none",), dataset=PAPER_DATASETS, model=MODELS,
@@ -84,6 +90,9 @@ class Cell:
     seed: int
     paper_acc: float | None = None
     notes: str = ""
+    # the open grid's columns, beyond the paper's (optional in a CSV; their defaults are the paper's)
+    compressor: str = "topk"  # topk | randomk (both drop `compression` %) | qsgd:<level> | minmax8:<bits> | identity
+    partition: str = "skew"   # skew (the paper's, by the skew column) | dirichlet:<alpha>
 
     def _fail(self, column: str, msg: str) -> None:
         raise CellError(column, msg)
@@ -105,10 +114,12 @@ class Cell:
             self._fail("topology", "topology 'single', nodes 1 and algorithm 'none' go together")
         if not 0 <= self.compression < 100:
             self._fail("compression", f"must be a percent in [0, 100), got {self.compression}")
-        if not 0.0 < self.eta <= 1.0 or (self.compression == 0 and self.eta != 1.0):
+        self._check_compressor()
+        if not 0.0 < self.eta <= 1.0 or (self.exact_messages and self.eta != 1.0):
             self._fail("eta", f"must be in (0, 1] and 1.0 without compression, got {self.eta}")
         if not 0.0 <= self.skew <= 1.0:
             self._fail("skew", f"must be in [0, 1], got {self.skew}")
+        self._check_partition()
         nlp = self.model in NLP_MODELS
         if (self.norm == "none") != nlp:
             self._fail("norm", "'none' exactly for the NLP models")
@@ -133,6 +144,61 @@ class Cell:
         if not 0 <= self.seed <= MAX_SEED:  # what numpy's and torch's seeding take (lpdl_core.config)
             self._fail("seed", f"must be in [0, {MAX_SEED}], got {self.seed}")
 
+    def _check_compressor(self) -> None:
+        kind, sep, param = self.compressor.partition(":")
+        if kind not in COMPRESSORS:
+            self._fail("compressor", f"{kind!r} is not one of {', '.join(COMPRESSORS)}")
+        if kind in COMPRESSOR_PARAMS:
+            name, lo, hi = COMPRESSOR_PARAMS[kind]
+            if not (param.isdigit() and lo <= int(param) <= hi):
+                self._fail("compressor", f"{kind} takes its {name} as {kind}:<{lo}..{hi}>, got {self.compressor!r}")
+            if self.compression:
+                self._fail("compression", f"is the percent top-k or random-k drops; 0 with {kind}")
+        elif sep:
+            self._fail("compressor", f"{kind} takes no parameter (the compression column is its percent), "
+                                     f"got {self.compressor!r}")
+        if kind == "identity" and self.compression:
+            self._fail("compression", "0 with compressor identity")
+        if self.nodes == 1 and self.compressor != "topk":
+            self._fail("compressor", "a single node sends nothing: leave it topk")
+
+    def _check_partition(self) -> None:
+        kind, sep, param = self.partition.partition(":")
+        if self.partition == "skew":
+            return
+        if kind != "dirichlet" or not sep:
+            self._fail("partition", f"is skew or dirichlet:<alpha>, got {self.partition!r}")
+        try:
+            alpha = float(param)
+        except ValueError:
+            alpha = math.nan
+        if not (math.isfinite(alpha) and alpha > 0):
+            self._fail("partition", f"dirichlet takes alpha > 0, got {param!r}")
+        if self.skew:
+            self._fail("skew", f"must be 0 with partition {self.partition} (one partition, one parameter)")
+        if self.nodes == 1:
+            self._fail("partition", "a single node trains on the whole dataset: leave it skew")
+
+    @property
+    def compressor_kind(self) -> str:
+        return self.compressor.partition(":")[0]
+
+    @property
+    def compressor_param(self) -> int | None:
+        """QSGD's level or min-max's bits (None for the sparsifiers and identity)."""
+        param = self.compressor.partition(":")[2]
+        return int(param) if param else None
+
+    @property
+    def exact_messages(self) -> bool:
+        """Whether the messages are the models themselves (then η must be 1)."""
+        return self.compressor_kind == "identity" or (self.compressor_kind in SPARSIFIERS and not self.compression)
+
+    @property
+    def dirichlet_alpha(self) -> float | None:
+        """α of a Dirichlet partition; None for the paper's skew partition."""
+        return float(self.partition.partition(":")[2]) if self.partition != "skew" else None
+
     @property
     def drop(self) -> float:
         """The fraction of each tensor top-k drops (the official k): compression percent / 100."""
@@ -148,17 +214,32 @@ class Cell:
         topo = TOPO_SHORT.get(self.topology, self.topology)
         topo = "single" if topo == "single" else f"{topo}{self.nodes}"
         parts = [table] + ([self.dataset] if self.dataset != "cifar10" else []) + [
-            self.model, topo, f"c{self.compression}", f"s{self.skew:g}", self.algorithm, self.precision]
+            self.model, topo, self._compression_id(), self._partition_id(), self.algorithm, self.precision]
         if self.momentum == "qgm":
             parts.append("qgm")
         if self.table == "fig1":
             parts.append(self.norm)
         return "-".join(parts)
 
+    def _compression_id(self) -> str:
+        """c<percent> for the paper's top-k; another compressor names itself (rk90, qsgd4, mm8, ident)."""
+        kind = self.compressor_kind
+        return {"topk": f"c{self.compression}", "randomk": f"rk{self.compression}", "identity": "ident",
+                "qsgd": f"qsgd{self.compressor_param}", "minmax8": f"mm{self.compressor_param}"}[kind]
+
+    def _partition_id(self) -> str:
+        """s<skew> for the paper's partition, dir<alpha> for a Dirichlet one."""
+        alpha = self.dirichlet_alpha
+        return f"s{self.skew:g}" if alpha is None else f"dir{alpha:g}"
+
 
 _INT = {"nodes", "compression", "epochs", "batch_per_node", "final_gossip_rounds", "seed"}
 _FLOAT = {"eta", "skew", "lr"}
-COLUMNS = tuple(f.name for f in fields(Cell))
+# the open grid's columns: optional in a CSV, after the paper's COLUMNS, defaults the paper's
+EXTENSION_COLUMNS = ("compressor", "partition")
+COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in EXTENSION_COLUMNS)  # every paper CSV's header
+# their defaults: a run identity leaves a column out at its default, so the paper's runs keep theirs
+EXTENSION_DEFAULTS = {f.name: f.default for f in fields(Cell) if f.name in EXTENSION_COLUMNS}
 
 
 def _convert(col: str, text: str):
@@ -217,18 +298,22 @@ def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
             raise ConfigError(f"{path}: no such file (the cells of {table})")
         with io.StringIO(_read_text(path), newline="") as fh:
             reader = csv.DictReader(fh)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
-                raise ConfigError(f"{path}:1: header: must be exactly {','.join(COLUMNS)}")
+            header = tuple(reader.fieldnames or ())
+            extra = header[len(COLUMNS):]
+            if header[:len(COLUMNS)] != COLUMNS or list(extra) != [c for c in EXTENSION_COLUMNS if c in extra]:
+                raise ConfigError(f"{path}:1: header: must be exactly {','.join(COLUMNS)} (then, optionally, "
+                                  f"any of {','.join(EXTENSION_COLUMNS)} in that order)")
+            columns = header
             after_header, rows = reader.line_num + 1, 0
             for row in reader:
                 rows += 1
                 where = f"{path}:{reader.line_num}"
                 if None in row:
-                    raise ConfigError(f"{where}: (row): more fields than the {len(COLUMNS)} columns")
+                    raise ConfigError(f"{where}: (row): more fields than the {len(columns)} columns")
                 kwargs = {}
-                for col in COLUMNS:
+                for col in columns:
                     if row[col] is None:
-                        raise ConfigError(f"{where}: {col}: missing (fewer fields than the {len(COLUMNS)} columns)")
+                        raise ConfigError(f"{where}: {col}: missing (fewer fields than the {len(columns)} columns)")
                     try:
                         kwargs[col] = _convert(col, row[col])
                     except ValueError as e:

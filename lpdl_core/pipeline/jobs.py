@@ -34,8 +34,8 @@ class Job:
 
 # the cell columns that the cells of a pack share (lpdl_core.training.pack.pack_conflict checks the
 # resolved plans); they may differ in seed, skew, graph, compression and eta
-PACK_COLUMNS = ("dataset", "model", "nodes", "algorithm", "precision", "momentum", "norm", "optimizer", "lr",
-                "lr_schedule", "milestones", "epochs", "batch_per_node", "final_gossip_rounds")
+PACK_COLUMNS = ("dataset", "model", "nodes", "algorithm", "compressor", "precision", "momentum", "norm",
+                "optimizer", "lr", "lr_schedule", "milestones", "epochs", "batch_per_node", "final_gossip_rounds")
 
 
 def pack_key(cell) -> tuple:
@@ -43,12 +43,13 @@ def pack_key(cell) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _batches(dataset: str, nodes: int, skew: float, seed: int, batch: int) -> tuple:
-    from ..decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes, skew_partition
+def _batches(dataset: str, nodes: int, skew: float, alpha: float | None, seed: int, batch: int) -> tuple:
+    from ..decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes, node_partition
 
     if dataset not in KNOWN_CLASS_SIZES:
-        return ("skew", skew)
-    parts = skew_partition(labels_from_class_sizes(KNOWN_CLASS_SIZES[dataset]), nodes, skew, seed=seed)
+        return ("skew", skew) if alpha is None else ("dirichlet", alpha)
+    parts = node_partition(labels_from_class_sizes(KNOWN_CLASS_SIZES[dataset]), nodes, skew=skew,
+                           dirichlet_alpha=alpha, seed=seed)
     longest = max(len(p) for p in parts)
     return (math.ceil(longest / batch), longest)
 
@@ -57,7 +58,7 @@ def batch_plan(cell) -> tuple:
     """The paper-profile batches of a cell: (iterations per epoch, samples per node per epoch) of its
     partition where its dataset's class sizes are known (lpdl_core.decentral.partition), else its
     skew. Cells stack only with equal batches (lpdl_core.training.pack.batch_plan, on the loaded data)."""
-    return _batches(cell.dataset, cell.nodes, cell.skew, cell.seed, cell.batch_per_node)
+    return _batches(cell.dataset, cell.nodes, cell.skew, cell.dirichlet_alpha, cell.seed, cell.batch_per_node)
 
 
 def pack_stacks(cells, pack_size: int) -> list[list]:

@@ -75,7 +75,8 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
     text = cell.model == "distilbert"
     lp = cell.precision == "int8"
     qcfg = quant_cfg(fidelity) if lp else None
-    comp = CompressorCfg.top_k(ratio, bytes_metric=fidelity.bytes_metric)
+    comp = CompressorCfg.make(cell.compressor_kind, drop=ratio, param=cell.compressor_param,
+                              bytes_metric=fidelity.bytes_metric)
     gossip = GossipCfg(algorithm="dpsgd" if cell.algorithm == "none" else cell.algorithm, eta=cell.eta,
                        compressor=comp, choco_form=fidelity.choco_form, choco_replicas=fidelity.choco_replicas)
     if cell.optimizer == "adam":
@@ -99,7 +100,7 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         mapping += m.mapping
         curve_k = CURVE_EVAL_SAMPLES
     run = RunCfg(epochs=epochs, batch_size=batch, lr=lr, schedule=sched, skew=cell.skew,
-                 partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
+                 dirichlet_alpha=cell.dirichlet_alpha, partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
                  final_rounds=fidelity.final_rounds, curve_eval_samples=curve_k,
                  epoch_test=fidelity.epoch_test, final_round_limit=fidelity.final_round_limit,
                  final_trailing_forward=fidelity.final_trailing_forward,

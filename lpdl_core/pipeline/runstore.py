@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import Fidelity
+from .cells import EXTENSION_DEFAULTS
 from ..errors import ConfigError, CorruptFile, RunMismatch
 from .results import code_sha256
 
@@ -46,7 +47,8 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
     fid = fidelity.as_dict() if isinstance(fidelity, Fidelity) else dict(fidelity)
     return _plain({"cell_id": cell.cell_id if hasattr(cell, "cell_id") else fields["cell_id"],
                    "seed": int(seed), "profile": profile,
-                   "cell": {k: v for k, v in fields.items() if k not in NOT_IDENTITY + ("cell_id",)},
+                   "cell": {k: v for k, v in fields.items() if k not in NOT_IDENTITY + ("cell_id",)
+                            and not (k in EXTENSION_DEFAULTS and v == EXTENSION_DEFAULTS[k])},
                    "fidelity": {**Fidelity().as_dict(), **fid}})
 
 
@@ -62,7 +64,8 @@ def identity_of(metrics: Mapping) -> dict:
     else:
         cfg = metrics.get("config", {})
         ident = {"cell_id": cfg.get("cell_id"), "seed": cfg.get("seed"), "profile": cfg.get("profile"),
-                 "cell": {k: v for k, v in cfg.get("cell", {}).items() if k not in NOT_IDENTITY},
+                 "cell": {k: v for k, v in cfg.get("cell", {}).items() if k not in NOT_IDENTITY
+                          and not (k in EXTENSION_DEFAULTS and v == EXTENSION_DEFAULTS[k])},
                  "fidelity": cfg.get("fidelity", {})}
     # options added to Fidelity later did not exist then: those runs used the default
     ident["fidelity"] = {**Fidelity().as_dict(), **ident.get("fidelity", {})}

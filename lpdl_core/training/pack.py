@@ -31,14 +31,14 @@ from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, evaluate_cells
 from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.optim import OptimCfg
-from ..decentral.partition import histograms, skew_partition
+from ..decentral.partition import histograms, node_partition
 from ..decentral.topology import Topology
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import lr_at, lr_at_step
 from .train import RunCfg, RunResult, epoch_view, run_final_rounds, shared_streams
 
-# RunCfg fields every cell of a pack shares (the rest, skew and partition_seed, may differ)
+# RunCfg fields every cell of a pack shares (the rest, the partition and partition_seed, may differ)
 SHARED = ("epochs", "batch_size", "lr", "schedule", "final_gossip_rounds", "final_rounds", "data_on",
           "curve_eval_samples", "epoch_test", "final_round_limit", "final_trailing_forward", "test_batch")
 
@@ -56,7 +56,8 @@ class PackedRun:
 def batch_plan(split: DataSplit, topology: Topology, run: RunCfg) -> tuple[int, int]:
     """(iterations per epoch, samples per node per epoch) of a run: cells stack only when equal."""
     labels = split.y_train.numpy()
-    parts = skew_partition(labels, topology.n, run.skew, seed=run.partition_seed)
+    parts = node_partition(labels, topology.n, skew=run.skew, dirichlet_alpha=run.dirichlet_alpha,
+                           seed=run.partition_seed)
     s = NodeSampler(parts, run.batch_size, seed=run.partition_seed)
     return s.iters_per_epoch, s.epoch_len
 
@@ -106,7 +107,8 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
     t0 = time.perf_counter()
     run = runs[0].run  # the shared protocol (SHARED)
     labels = split.y_train.numpy()
-    parts = [skew_partition(labels, r.topology.n, r.run.skew, seed=r.run.partition_seed) for r in runs]
+    parts = [node_partition(labels, r.topology.n, skew=r.run.skew, dirichlet_alpha=r.run.dirichlet_alpha,
+                            seed=r.run.partition_seed) for r in runs]
     hists = [histograms(p, labels, num_classes=split.num_classes) for p in parts]
     members = [PackMember(topology=r.topology, gossip=r.gossip, seed=r.run.partition_seed) for r in runs]
     engine = replace(engine, seed=members[0].seed)

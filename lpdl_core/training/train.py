@@ -22,7 +22,7 @@ from ..data.sampler import NodeSampler
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
-from ..decentral.partition import histograms, skew_partition
+from ..decentral.partition import histograms, node_partition
 from ..decentral.topology import Topology
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
@@ -67,6 +67,7 @@ class RunCfg:
     lr: float
     schedule: ScheduleCfg = field(default_factory=lambda: ScheduleCfg(kind="constant"))
     skew: float = 0.0
+    dirichlet_alpha: float | None = None  # a Dirichlet(α) partition instead of the skew one
     partition_seed: int = DEFAULT_SEED
     final_gossip_rounds: int = 0
     final_rounds: Literal["gossip-only", "train-forward", "allreduce"] = "gossip-only"
@@ -84,6 +85,10 @@ class RunCfg:
             raise ValueError(f"run.lr must be > 0, got {self.lr}")
         if not 0.0 <= self.skew <= 1.0:
             raise ValueError(f"run.skew must be in [0, 1], got {self.skew}")
+        if self.dirichlet_alpha is not None and (not math.isfinite(self.dirichlet_alpha)
+                                                 or self.dirichlet_alpha <= 0 or self.skew):
+            raise ValueError(f"run.dirichlet_alpha must be a finite number > 0, with skew 0, got "
+                             f"{self.dirichlet_alpha} (skew {self.skew})")
         if self.final_gossip_rounds < 0:
             raise ValueError("run.final_gossip_rounds must be >= 0")
         if self.curve_eval_samples is not None and self.curve_eval_samples < 1:
@@ -183,7 +188,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     """
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
-    parts = skew_partition(labels, topology.n, run.skew, seed=run.partition_seed)
+    parts = node_partition(labels, topology.n, skew=run.skew, dirichlet_alpha=run.dirichlet_alpha,
+                           seed=run.partition_seed)
     hist = histograms(parts, labels, num_classes=split.num_classes)
     def fresh() -> tuple[Simulator, torch.Generator]:
         kw = dict(topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
