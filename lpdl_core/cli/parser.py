@@ -202,9 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", help="also write the manifest to this file (not given: stdout only)")
     pr.set_defaults(func=_cmd_prefetch)
 
-    ce = command("cells", "list the paper's cells (one training run each)")
+    ce = command("cells", "list the paper's cells, or a grid's (one training run each)")
     ce.add_argument("--paper-dir", default=None, help=paper_dir)
     ce.add_argument("--table", action="append", choices=TABLES, help="repeatable; default: all")
+    ce.add_argument("--grid", default=None, metavar="NAME",
+                    help="a grid of config/extensions/NAME.yaml (run from the repository root)")
     ce.set_defaults(func=_cmd_cells)
 
     r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from ..errors import LpdlError
+from ..errors import ConfigError, LpdlError
 from .args import _out_file
 from .train import _fidelity
 
@@ -39,7 +39,15 @@ def _cmd_prefetch(a: argparse.Namespace) -> int:
 def _cmd_cells(a: argparse.Namespace) -> int:
     from ..pipeline.cells import load_cells
 
-    for c in load_cells(a.paper_dir, tables=a.table or None):
+    if a.grid:
+        from ..pipeline.grids import load_grid
+
+        if a.table:
+            raise ConfigError("--grid lists a grid's cells; --table selects the paper's: give one of them")
+        cells = load_grid(a.grid).cells
+    else:
+        cells = load_cells(a.paper_dir, tables=a.table or None)
+    for c in cells:
         print(c.cell_id)
     return 0
 

@@ -12,6 +12,7 @@ import codecs
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -62,7 +63,9 @@ COMPRESSOR_PARAMS = {"qsgd": ("level", 1, 32), "minmax8": ("bits", 1, 16)}
 NAMES: dict[str, tuple[str, ...]] = dict(
     topology=GRAPHS + ("single",), algorithm=ALGORITHMS + ("none",), dataset=PAPER_DATASETS, model=MODELS,
     norm=NORMS + ("none",), lr_schedule=SCHEDULES, precision=PRECISIONS, momentum=CELL_MOMENTA,
-    optimizer=OPTIMIZERS, table=TABLES)
+    optimizer=OPTIMIZERS)
+# a grid's name, its cells' table (lpdl_core.pipeline.grids): lower-case words joined by '-'
+GRID_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +104,8 @@ class Cell:
         for col in ("eta", "skew", "lr"):
             if not math.isfinite(getattr(self, col)):
                 self._fail(col, f"must be a finite number, got {getattr(self, col)}")
+        if self.table not in TABLES and (not GRID_NAME.fullmatch(self.table) or self.table.startswith("table")):
+            self._fail("table", f"{self.table!r} is not one of {', '.join(TABLES)} (or a grid's name)")
         for col, valid in NAMES.items():
             if getattr(self, col) not in valid:
                 self._fail(col, f"{getattr(self, col)!r} is not one of {', '.join(valid)}")

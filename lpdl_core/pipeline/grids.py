@@ -1,0 +1,153 @@
+"""Grids beyond the paper: a YAML spec of axes and fixed settings, expanded into cells.
+
+`config/extensions/<name>.yaml`:
+
+    description: one line on the question the grid asks
+    fixed:                      # cell columns every cell shares (lpdl_core/pipeline/paper/README.md)
+      dataset: cifar10
+      model: resnet20
+      ...
+    axes:                       # the cross product of these; each value sets one or more columns
+      precision: [fp32, int8]                        # a list: values of the column the axis names
+      method:                                        # a mapping: label -> the columns it sets
+        DS: {algorithm: ds}
+        QGM: {algorithm: choco, momentum: qgm}
+    derive:                     # columns that follow another column's value
+      norm: {by: precision, values: {fp32: evonorm, int8: range-evonorm}}
+
+Every cell is a `Cell` of table `<name>` and is validated as the paper's are; an error names the
+file, the cell's axis labels and the column. Cell ids are the usual ones with the grid's name in
+front (`heterogeneity-resnet20-ring8-c99-dir0.1-choco-int8-qgm`): stable, readable, and unique
+(two axis values that make the same cell are an error). Torch-free: the workflow plans with it.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..config import TABLES
+from ..errors import ConfigError
+from .cells import GRID_NAME, Cell, CellError, _convert
+
+EXTENSIONS_DIR = Path("config") / "extensions"   # relative to the working directory (the workflow's)
+CELL_COLUMNS = {f.name for f in fields(Cell)}
+SETTABLE = CELL_COLUMNS - {"table", "block", "notes", "paper_acc"}  # the grid's name fills the rest
+SPEC_KEYS = {"description", "fixed", "axes", "derive"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Grid:
+    name: str
+    description: str
+    axes: dict[str, dict[str, dict[str, Any]]]   # axis -> label -> the columns it sets
+    cells: tuple[Cell, ...]
+    labels: dict[str, dict[str, str]]            # cell id -> axis -> label
+
+    def varying(self) -> list[str]:
+        """The axes with more than one value (those an effects table compares)."""
+        return [a for a, values in self.axes.items() if len(values) > 1]
+
+
+def grid_path(name: str, root: str | Path = ".") -> Path:
+    if not GRID_NAME.fullmatch(name) or name in TABLES or name.startswith("table"):
+        raise ConfigError(f"grid name {name!r}: lower-case words joined by '-', not a paper table's name")
+    return Path(root) / EXTENSIONS_DIR / f"{name}.yaml"
+
+
+def available(root: str | Path = ".") -> list[str]:
+    folder = Path(root) / EXTENSIONS_DIR
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def _axis_values(path: Path, axis: str, values: Any) -> dict[str, dict[str, Any]]:
+    if isinstance(values, list) and values:
+        if axis not in CELL_COLUMNS:
+            raise ConfigError(f"{path}: axes: {axis}: a list sets the column of that name, and there is "
+                              f"no column {axis!r}; give a mapping label -> columns")
+        return {str(v): {axis: v} for v in values}
+    if isinstance(values, Mapping) and values:
+        out = {}
+        for label, cols in values.items():
+            if not isinstance(cols, Mapping) or not cols:
+                raise ConfigError(f"{path}: axes: {axis}: {label}: must be a mapping of cell columns")
+            out[str(label)] = dict(cols)
+        return out
+    raise ConfigError(f"{path}: axes: {axis}: must be a non-empty list or mapping")
+
+
+def _check_columns(path: Path, where: str, cols: Mapping) -> None:
+    bad = sorted(set(cols) - SETTABLE)
+    if bad:
+        raise ConfigError(f"{path}: {where}: {bad[0]!r} is not a cell column a grid sets "
+                          f"(see lpdl_core/pipeline/paper/README.md)")
+
+
+def load_grid(name: str, root: str | Path = ".") -> Grid:
+    """The grid `name` from config/extensions/<name>.yaml under root, expanded and validated."""
+    path = grid_path(name, root)
+    if not path.is_file():
+        have = ", ".join(available(root)) or "none"
+        raise ConfigError(f"{path}: no such grid (available: {have})")
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{path}: must be a mapping with fixed and axes")
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {sorted(unknown)[0]!r}; known: {', '.join(sorted(SPEC_KEYS))}")
+    fixed = dict(spec.get("fixed") or {})
+    _check_columns(path, "fixed", fixed)
+    axes_spec = spec.get("axes")
+    if not isinstance(axes_spec, Mapping) or not axes_spec:
+        raise ConfigError(f"{path}: axes: at least one axis")
+    axes = {str(a): _axis_values(path, str(a), v) for a, v in axes_spec.items()}
+    for a, values in axes.items():
+        for label, cols in values.items():
+            _check_columns(path, f"axes: {a}: {label}", cols)
+    derive = dict(spec.get("derive") or {})
+    for col, rule in derive.items():
+        if col not in CELL_COLUMNS or not isinstance(rule, Mapping) or set(rule) != {"by", "values"}:
+            raise ConfigError(f"{path}: derive: {col}: must be a cell column with 'by' (a column) and 'values'")
+    cells, labels, seen = [], {}, {}
+    for combo in itertools.product(*[list(v.items()) for v in axes.values()]):
+        cols = {**fixed, "table": name, "block": name, "notes": ""}
+        for _, set_cols in combo:
+            cols.update(set_cols)
+        for col, rule in derive.items():
+            if col not in cols:
+                key = str(cols.get(rule["by"]))
+                if key not in {str(k) for k in rule["values"]}:
+                    raise ConfigError(f"{path}: derive: {col}: no value for {rule['by']} {key}")
+                cols[col] = {str(k): v for k, v in rule["values"].items()}[key]
+        where = ", ".join(f"{a}={label}" for a, (label, _) in zip(axes, combo))
+        cell = _cell(path, where, cols)
+        if cell.cell_id in seen:
+            raise ConfigError(f"{path}: cells {seen[cell.cell_id]} and {where} are the same cell {cell.cell_id}")
+        seen[cell.cell_id] = where
+        cells.append(cell)
+        labels[cell.cell_id] = {a: label for a, (label, _) in zip(axes, combo)}
+    return Grid(name=name, description=str(spec.get("description", "")), axes=axes, cells=tuple(cells),
+                labels=labels)
+
+
+def _cell(path: Path, where: str, cols: Mapping) -> Cell:
+    missing = sorted(c.name for c in fields(Cell) if c.name not in cols
+                     and c.default is MISSING and c.default_factory is MISSING)
+    if missing:
+        raise ConfigError(f"{path}: {where}: {missing[0]}: not set by fixed, an axis or derive")
+    kwargs = {}
+    for col, value in cols.items():
+        try:
+            kwargs[col] = _convert(col, "" if value is None else str(value)) if col != "table" else value
+        except ValueError as e:
+            raise ConfigError(f"{path}: {where}: {col}: cannot parse {value!r} ({e})") from None
+    try:
+        return Cell(**kwargs)
+    except CellError as e:
+        raise ConfigError(f"{path}: {where}: {e.column}: {e.why}") from None
