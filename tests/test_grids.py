@@ -90,3 +90,13 @@ def test_lpdl_cells_lists_a_grid():
     out = subprocess.run([sys.executable, "-m", "lpdl_core", "cells", "--grid", "heterogeneity"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == [c.cell_id for c in load_grid("heterogeneity", ROOT).cells]
+
+
+def test_lpdl_train_takes_a_grids_cell_ids_only_with_grid(tmp_path):
+    cid = load_grid("heterogeneity", ROOT).cells[0].cell_id
+    p = subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--cell", cid, "--out", str(tmp_path / "r")],
+                       cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and f"unknown cell '{cid}' of the paper" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--grid", "heterogeneity", "--cell", "nope",
+                        "--out", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 2 and "unknown cell 'nope' of grid heterogeneity" in p.stderr

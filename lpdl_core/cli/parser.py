@@ -163,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
     tr.add_argument("--seed", type=_seed, default=None, help=f"random seed (default: the cell's own, {DEFAULT_SEED})")
+    tr.add_argument("--grid", default=None, metavar="NAME",
+                    help="the --cell ids are of the grid config/extensions/NAME.yaml, not the paper's")
     tr.add_argument("--paper-dir", default=None, help=paper_dir)
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)

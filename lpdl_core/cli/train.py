@@ -43,10 +43,16 @@ def _cmd_train(a: argparse.Namespace) -> int:
     if a.offline:  # before anything imports huggingface_hub (it reads these once, at import)
         from ..pipeline.prefetch import OFFLINE_ENV
         os.environ.update(OFFLINE_ENV)
-    cells = cells_by_id(load_cells(a.paper_dir))
+    if a.grid:
+        from ..pipeline.grids import load_grid
+
+        cells = cells_by_id(load_grid(a.grid).cells)
+    else:
+        cells = cells_by_id(load_cells(a.paper_dir))
     unknown = [c for c in a.cell if c not in cells]
     if unknown:
-        raise LpdlError(f"unknown cell {unknown[0]!r} (see `lpdl cells`)")
+        where = f"grid {a.grid}" if a.grid else "the paper"
+        raise LpdlError(f"unknown cell {unknown[0]!r} of {where} (see `lpdl cells{' --grid ' + a.grid if a.grid else ''}`)")
     if len(set(a.cell)) > 1 and "{cell}" not in a.out:
         raise LpdlError("--out must contain {cell} when several --cell are given "
                         "(e.g. results/mini/runs/{cell}/seed1234)")
