@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
+from lpdl_core.config import COMPRESSORS
 from lpdl_core.decentral.compress import (
-    COMPRESSORS,
     CompressorCfg,
     compress,
     index_bytes,

@@ -82,26 +82,20 @@ class CompressorCfg:
     @classmethod
     def make(cls, kind: str, *, drop: float = 0.0, param: int | None = None,
              bytes_metric: str = "exact") -> "CompressorCfg":
-        """A cell's compressor: topk/randomk dropping the fraction `drop` (identity at 0), QSGD at
-        level `param`, min-max at `param` bits, or identity."""
-        if kind == "topk":
-            return cls.top_k(drop, bytes_metric=bytes_metric)
-        if kind == "randomk":
-            return cls(kind="randomk", ratio=drop, bytes_metric=bytes_metric) if drop else cls(bytes_metric=bytes_metric)
-        if kind == "qsgd":
-            return cls(kind="qsgd", qsgd_level=param, bytes_metric=bytes_metric)
-        if kind == "minmax8":
-            return cls(kind="minmax8", bits=param, bytes_metric=bytes_metric)
-        return cls(kind=kind, bytes_metric=bytes_metric)
+        """A cell's compressor (lpdl_core.pipeline.cells): topk/randomk dropping the fraction
+        `drop`, QSGD at level `param`, min-max at `param` bits, or identity; a compressor that
+        leaves messages unchanged (a sparsifier at drop 0) is the identity."""
+        if kind not in CELL_SETTINGS:
+            raise ValueError(f"kind must be one of {tuple(CELL_SETTINGS)}, got {kind!r}")
+        cfg = cls(kind=kind, bytes_metric=bytes_metric, **CELL_SETTINGS[kind](drop, param))
+        return cls(bytes_metric=bytes_metric) if cfg.is_identity else cfg
 
     @classmethod
     def top_k(cls, drop: float, *, bytes_metric: str = "exact") -> "CompressorCfg":
-        """The paper's compression, the one constructor every caller uses: layer-wise top-k
-        dropping the fraction `drop` of each tensor (the official `--k`; a cell's "99 %" is
-        drop = 0.99, its compression percent / 100), or no compression (identity) at drop 0."""
-        if drop == 0:
-            return cls(bytes_metric=bytes_metric)
-        return cls(kind="topk", ratio=drop, bytes_metric=bytes_metric)
+        """The paper's compression: layer-wise top-k dropping the fraction `drop` of each tensor
+        (the official `--k`; a cell's "99 %" is drop = 0.99, its compression percent / 100), or no
+        compression (identity) at drop 0."""
+        return cls.make("topk", drop=drop, bytes_metric=bytes_metric)
 
     @property
     def is_identity(self) -> bool:
@@ -178,6 +172,14 @@ REGISTRY: dict[str, Compressor] = {
     "qsgd": Compressor(apply=_qsgd_apply, wire_bytes=_qsgd_bytes, identity_when=_qsgd_exact, random=True),
 }
 
+# kind -> the CompressorCfg fields that a cell's drop fraction and parameter set (CompressorCfg.make)
+CELL_SETTINGS: dict[str, Callable[[float, Optional[int]], dict]] = {
+    "identity": lambda drop, param: {},
+    "topk": lambda drop, param: {"ratio": drop},
+    "randomk": lambda drop, param: {"ratio": drop},
+    "minmax8": lambda drop, param: {"bits": param},
+    "qsgd": lambda drop, param: {"qsgd_level": param},
+}
 
 # ----------------------------------------------------------------------------- dispatch
 def uniform_draws(shape: tuple[int, ...], like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
