@@ -75,7 +75,8 @@ MODELS = CNN_MODELS + TEXT_MODELS      # the paper's models (each has a mini sta
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
 GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "complete",
           "time-varying-exponential", "random-directed")
-ALGORITHMS = ("dpsgd", "ds", "choco", "bagua-lp")
+ALGORITHMS = ("dpsgd", "ds", "choco", "bagua-lp", "adagossip", "gut")
+UNCOMPRESSED_ALGORITHMS = ("dpsgd", "gut")  # send whole models or updates: no compressor, η = 1
 COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")

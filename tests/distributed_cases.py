@@ -60,6 +60,7 @@ class Case:
     loop_rng: bool = True  # the ranks replay the loop executor's global RNG stream
     rng_streams: str = "per-node"  # "shared": every node draws the same (the official ranks)
     identical_batches: bool = False  # every node gets the same batch
+    gossip_opts: tuple = ()  # further GossipCfg fields, (name, value) pairs (e.g. GUT's gut_momentum)
 
     @property
     def name(self) -> str:
@@ -67,7 +68,8 @@ class Case:
         return (f"{self.algorithm}-eta{self.eta:g}-{self.precision}-{self.graph}-{comp.kind}{comp.ratio:g}"
                 f"-{self.momentum}-{self.choco_replicas}" + ("" if self.loop_rng else "-own-rng")
                 + ("" if self.rng_streams == "per-node" else f"-{self.rng_streams}")
-                + ("-same-batches" if self.identical_batches else ""))
+                + ("-same-batches" if self.identical_batches else "")
+                + "".join(f"-{k}{v:g}" for k, v in self.gossip_opts))
 
     @property
     def gossip(self) -> GossipCfg:
@@ -75,7 +77,7 @@ class Case:
         if comp is None:
             comp = CompressorCfg() if self.algorithm == "dpsgd" else COMPRESSION[self.eta]
         return GossipCfg(algorithm=self.algorithm, eta=self.eta, compressor=comp,
-                         choco_replicas=self.choco_replicas)
+                         choco_replicas=self.choco_replicas, **dict(self.gossip_opts))
 
     def kwargs(self) -> dict:
         return dict(topology=Topology(name=self.graph, n=N), gossip=self.gossip,

@@ -63,6 +63,7 @@ def test_the_cross_product_with_stable_readable_ids(tmp_path):
     (("    Dirichlet 0.1: {partition: \"dirichlet:0.1\", skew: 0.0}", "    Dirichlet 0.1: {skew: 0.8}"), r"are the same cell small-resnet20-ring8-c0-s0\.8-ds-fp32"),
     (("epochs: 200,", ""), r"epochs: not set by fixed, an axis or derive"),
     (("derive:", "derivation:"), r"unknown key 'derivation'"),
+    (("derive:", "exclude: [{algorithm: dpsgd}]\nderive:"), r"exclude: entry 1: algorithm: 'dpsgd' is not a label of that axis"),
 ])
 def test_a_bad_spec_is_one_line_naming_file_cell_and_column(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
@@ -79,11 +80,15 @@ def test_a_missing_grid_names_what_exists(tmp_path):
 
 def test_the_shipped_heterogeneity_grid():
     g = load_grid("heterogeneity", ROOT)
-    assert len(g.cells) == 3 * 2 * 5 * 2 * 2
+    assert len(g.cells) == 3 * 2 * 5 * 2 * 2 + 1 * 2 * 5 * 1 * 2   # QG-GUTm at 0 % only
     assert {c.dirichlet_alpha for c in g.cells} == {None, 1.0, 0.1, 0.01}
     assert {c.skew for c in g.cells} == {0.0, 0.8}
     assert {c.topology for c in g.cells} == {"ring", "torus"}
-    assert {(c.algorithm, c.momentum) for c in g.cells} == {("ds", "nesterov"), ("choco", "nesterov"), ("choco", "qgm")}
+    assert {(c.algorithm, c.momentum) for c in g.cells} == {("ds", "nesterov"), ("choco", "nesterov"), ("choco", "qgm"),
+                                                           ("gut", "qgm")}
+    assert all(c.compression == 0 for c in g.cells if c.algorithm == "gut")
+    for c in g.cells:
+        plan_cell(c, "mini")  # every cell plans (GUT's doubly stochastic graphs included)
 
 
 def test_lpdl_cells_lists_a_grid():
@@ -100,3 +105,9 @@ def test_lpdl_train_takes_a_grids_cell_ids_only_with_grid(tmp_path):
     p = subprocess.run([sys.executable, "-m", "lpdl_core", "train", "--grid", "heterogeneity", "--cell", "nope",
                         "--out", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2 and "unknown cell 'nope' of grid heterogeneity" in p.stderr
+
+
+def test_exclude_leaves_out_combinations(tmp_path):
+    g = _grid(tmp_path, SPEC.replace("derive:", "exclude:\n  - {algorithm: ds, compression: rk 90 %}\nderive:"))
+    assert len(g.cells) == 16 - 4
+    assert not [c for c in g.cells if c.algorithm == "ds" and c.compressor == "randomk"]

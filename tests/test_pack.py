@@ -19,7 +19,7 @@ import torch
 from kill_helpers import Killed, kill_after_epoch
 from test_train import small_cnn, subset
 
-from lpdl_core.config import ALGORITHMS
+from lpdl_core.config import ALGORITHMS, UNCOMPRESSED_ALGORITHMS
 from lpdl_core.data.registry import load_dataset
 from lpdl_core.decentral.algorithms.base import GossipCfg
 from lpdl_core.decentral.compress import CompressorCfg
@@ -35,11 +35,15 @@ TOPK = lambda r: CompressorCfg(kind="topk", ratio=r)  # noqa: E731
 
 
 def members(algorithm: str) -> list[PackMember]:
-    """Three cells that differ in graph (one time-varying), compression, eta and seed."""
-    graphs = ["ring", "torus", "ring"] if algorithm == "bagua-lp" else \
+    """Three cells that differ in graph (one time-varying), compression, eta and seed (as far as the
+    algorithm allows: bagua-lp and gut need fixed doubly stochastic graphs, dpsgd and gut send
+    uncompressed messages at η = 1)."""
+    fixed = algorithm in ("bagua-lp", "gut")
+    graphs = ["ring", "torus", "directed-ring" if algorithm == "gut" else "ring"] if fixed else \
         ["directed-ring", "time-varying-exponential", "torus"]
-    comp = [CompressorCfg()] * 3 if algorithm == "dpsgd" else [TOPK(0.9), CompressorCfg(), TOPK(0.5)]
-    eta = [0.5, 1.0, 0.2]
+    exact = algorithm in UNCOMPRESSED_ALGORITHMS
+    comp = [CompressorCfg()] * 3 if exact else [TOPK(0.9), CompressorCfg(), TOPK(0.5)]
+    eta = [1.0] * 3 if algorithm == "gut" else [0.5, 1.0, 0.2]
     return [PackMember(topology=Topology(name=g, n=N), gossip=GossipCfg(algorithm=algorithm, eta=e, compressor=c),
                        seed=s) for g, c, e, s in zip(graphs, comp, eta, (11, 12, 13))]
 

@@ -266,9 +266,9 @@ def test_every_algorithm_declares_its_message():
     assert set(algorithms.REGISTRY) == set(algorithms.ALGORITHMS)
     declared = {name: mod.MESSAGE for name, mod in algorithms.REGISTRY.items()}
     assert all(isinstance(m, Message) for m in declared.values())
-    # Push-sum algorithms send u_j (Alg. 4/5 line 9); Bagua-LP keeps u = 1 and sends none.
+    # Push-sum algorithms send u_j (Alg. 4/5 line 9); Bagua-LP, AdaGossip and GUT keep u = 1 and send none.
     assert {k: m.push_sum_weight for k, m in declared.items()} == {
-        "dpsgd": True, "ds": True, "choco": True, "bagua-lp": False}
+        "dpsgd": True, "ds": True, "choco": True, "bagua-lp": False, "adagossip": False, "gut": False}
     with pytest.raises(ValueError):
         Message(push_sum_weight=1)
 
@@ -279,7 +279,7 @@ def _linear() -> nn.Module:
 
 SIM_CASES = [(name, comp) for name in algorithms.ALGORITHMS
              for comp in (CompressorCfg(), CompressorCfg(kind="minmax8"))
-             if name != "dpsgd" or comp.is_identity]  # dpsgd sends full models
+             if name not in ("dpsgd", "gut") or comp.is_identity]  # dpsgd and gut: uncompressed only
 
 
 @pytest.mark.parametrize("name,comp", SIM_CASES, ids=[f"{a}-{c.kind}" for a, c in SIM_CASES])
@@ -291,7 +291,7 @@ def test_simulator_message_bytes_follow_declaration(name, comp):
     assert payload == (32 if comp.is_identity else (6 + 8) + (2 + 8))
     u_bytes = 4 if algorithms.get(name).MESSAGE.push_sum_weight else 0
     assert sim.message_bytes == payload + u_bytes
-    assert sim.message_bytes == payload + (0 if name == "bagua-lp" else 4)
+    assert sim.message_bytes == payload + (0 if name in ("bagua-lp", "adagossip", "gut") else 4)
 
 
 # ----------------------------------------------------------------------------- executors

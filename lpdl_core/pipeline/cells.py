@@ -31,6 +31,7 @@ from ..config import (
     SCHEDULES,
     TABLES,
     TEXT_MODELS,
+    UNCOMPRESSED_ALGORITHMS,
 )
 from ..errors import ConfigError
 
@@ -120,6 +121,8 @@ class Cell:
         if not 0 <= self.compression < 100:
             self._fail("compression", f"must be a percent in [0, 100), got {self.compression}")
         self._check_compressor()
+        if self.algorithm in UNCOMPRESSED_ALGORITHMS and not (self.exact_messages and self.eta == 1.0):
+            self._fail("compression", f"{self.algorithm} sends uncompressed messages: 0 %, η 1 and no other compressor")
         if not 0.0 < self.eta <= 1.0 or (self.exact_messages and self.eta != 1.0):
             self._fail("eta", f"must be in (0, 1] and 1.0 without compression, got {self.eta}")
         if not 0.0 <= self.skew <= 1.0:

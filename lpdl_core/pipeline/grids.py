@@ -14,6 +14,8 @@
         QGM: {algorithm: choco, momentum: qgm}
     derive:                     # columns that follow another column's value
       norm: {by: precision, values: {fp32: evonorm, int8: range-evonorm}}
+    exclude:                    # combinations left out: each entry names axis labels
+      - {method: QG-GUTm, compression: 99 %}
 
 Every cell is a `Cell` of table `<name>` and is validated as the paper's are; an error names the
 file, the cell's axis labels and the column. Cell ids are the usual ones with the grid's name in
@@ -36,7 +38,7 @@ from .cells import GRID_NAME, Cell, CellError, _convert
 EXTENSIONS_DIR = Path("config") / "extensions"   # relative to the working directory (the workflow's)
 CELL_COLUMNS = {f.name for f in fields(Cell)}
 SETTABLE = CELL_COLUMNS - {"table", "block", "notes", "paper_acc"}  # the grid's name fills the rest
-SPEC_KEYS = {"description", "fixed", "axes", "derive"}
+SPEC_KEYS = {"description", "fixed", "axes", "derive", "exclude"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,8 +116,20 @@ def load_grid(name: str, root: str | Path = ".") -> Grid:
     for col, rule in derive.items():
         if col not in CELL_COLUMNS or not isinstance(rule, Mapping) or set(rule) != {"by", "values"}:
             raise ConfigError(f"{path}: derive: {col}: must be a cell column with 'by' (a column) and 'values'")
+    exclude = spec.get("exclude") or []
+    if not isinstance(exclude, list):
+        raise ConfigError(f"{path}: exclude: must be a list of mappings axis -> label")
+    for k, rule in enumerate(exclude):
+        if not isinstance(rule, Mapping) or not rule:
+            raise ConfigError(f"{path}: exclude: entry {k + 1}: must be a mapping axis -> label")
+        for a, label in rule.items():
+            if a not in axes or str(label) not in axes[a]:
+                raise ConfigError(f"{path}: exclude: entry {k + 1}: {a}: {label!r} is not a label of that axis")
     cells, labels, seen = [], {}, {}
     for combo in itertools.product(*[list(v.items()) for v in axes.values()]):
+        chosen = {a: label for a, (label, _) in zip(axes, combo)}
+        if any(all(chosen[a] == str(label) for a, label in rule.items()) for rule in exclude):
+            continue
         cols = {**fixed, "table": name, "block": name, "notes": ""}
         for _, set_cols in combo:
             cols.update(set_cols)

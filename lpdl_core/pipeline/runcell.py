@@ -11,7 +11,7 @@ Profiles:
 from __future__ import annotations
 
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -61,6 +61,18 @@ class Plan:
     make_model: Callable | None = field(default=None, compare=False, repr=False)
 
 
+# Algorithms whose own momentum replaces the optimizer's: the official GUT code steps plain SGD
+# (no weight decay) with heavy-ball momentum on the tracked update (docs/paper-vs-code.md, "Global
+# Update Tracking"). A cell's momentum column picks GUT (nesterov) or QG-GUTm (qgm).
+OWN_MOMENTUM = {
+    "gut": {"gossip": {"nesterov": {"gut_momentum": 0.0}, "qgm": {"gut_momentum": 0.9}},
+            "optim": {"momentum": "none", "weight_decay": 0.0},
+            "says": {"nesterov": "GUT (local SGD without momentum or weight decay, as the official code)",
+                     "qgm": "QG-GUTm (momentum 0.9 on the tracked update; local SGD without momentum "
+                            "or weight decay, as the official code)"}},
+}
+
+
 def _topology(cell: Cell) -> Topology:
     return Topology(name="complete" if cell.topology == "single" else cell.topology, n=cell.nodes)
 
@@ -83,6 +95,11 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         optim = OptimCfg(momentum="adam", beta=0.9, beta2=0.9, weight_decay=1e-4)
     else:
         optim = OptimCfg(momentum=cell.momentum, beta=0.9, weight_decay=1e-4)
+    own = OWN_MOMENTUM.get(cell.algorithm)
+    if own is not None:  # the algorithm's momentum replaces the optimizer's (QG-GUTm)
+        gossip = replace(gossip, **own["gossip"][cell.momentum])
+        optim = OptimCfg(**own["optim"])
+        mapping = [*mapping, f"{cell.algorithm}: momentum {cell.momentum} -> {own['says'][cell.momentum]}"]
     seed = cell.seed if seed is None else seed
     curve_k, hub = None, ()
     if profile == "paper":

@@ -7,7 +7,7 @@ here.
 """
 from types import ModuleType
 
-from . import bagua_lp, choco, deepsqueeze, dpsgd
+from . import adagossip, bagua_lp, choco, deepsqueeze, dpsgd, gut
 from .base import ALGORITHMS, GossipCfg, Message, Round, out_degree, push_sum_weights, residual
 
 REGISTRY: dict[str, ModuleType] = {
@@ -15,6 +15,8 @@ REGISTRY: dict[str, ModuleType] = {
     "ds": deepsqueeze,
     "choco": choco,
     "bagua-lp": bagua_lp,
+    "adagossip": adagossip,
+    "gut": gut,
 }
 
 

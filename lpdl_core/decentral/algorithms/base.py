@@ -31,7 +31,10 @@ class GossipCfg:
 
     algorithm: "dpsgd" (D-PSGD/SGP with push-sum), "ds" (Deep-Squeeze as Sparse-Push, Alg. 4),
         "choco" (CHOCO-SGD as Quant-SGP, Alg. 5), "bagua-lp" (Bagua's low-precision
-        decentralized SGD: 8-bit min-max quantized model differences).
+        decentralized SGD: 8-bit min-max quantized model differences), "adagossip" (CHOCO's
+        compressed gossip with a per-coordinate adaptive consensus step, Aketi et al. 2024),
+        "gut" (Global Update Tracking, Aketi et al. 2023: uncompressed, η = 1; QG-GUTm with
+        gut_momentum > 0 and the optimizer's momentum "none").
     eta: the averaging rate η (the supplement calls it γ): 1 without compression, 0.01 at 99%.
     compressor: C(·), applied layer-wise to what each node sends.
     choco_form: "paper" uses Σ_j (W_ij − I_ij)(x̂_j − x̂_i) as Alg. 5 writes it; "code" uses the
@@ -39,13 +42,23 @@ class GossipCfg:
     choco_replicas: "per-neighbour" keeps node i's copy of every in-neighbour's x̂_j (correct on
         time-varying graphs); "official-aggregate" keeps the official code's single pre-weighted
         sum S_i = Σ_{j∈in(i)} w x̂_j (valid for static graphs only).
+    adagossip_beta: AdaGossip's decay β of the consensus term's second moment (official 0.999).
+    adagossip_eps: AdaGossip's ε added to the moment's square root (official 1e-8).
+    gut_scaling: GUT's scaling μ of the tracking correction (official --scaling, default 0.9;
+        0 gives D-PSGD).
+    gut_momentum: the official GUT optimizer's heavy-ball momentum β on the tracked update
+        (official --momentum, default 0; QG-GUTm: 0.9).
     """
 
-    algorithm: Literal["dpsgd", "ds", "choco", "bagua-lp"] = "ds"
+    algorithm: Literal["dpsgd", "ds", "choco", "bagua-lp", "adagossip", "gut"] = "ds"
     eta: float = 1.0
     compressor: CompressorCfg = field(default_factory=CompressorCfg)
     choco_form: Literal["paper", "code"] = "paper"
     choco_replicas: Literal["per-neighbour", "official-aggregate"] = "per-neighbour"
+    adagossip_beta: float = 0.999
+    adagossip_eps: float = 1e-8
+    gut_scaling: float = 0.9
+    gut_momentum: float = 0.0
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -55,6 +68,17 @@ class GossipCfg:
         if self.algorithm == "dpsgd" and not self.compressor.is_identity:
             raise ValueError("gossip.algorithm 'dpsgd' sends full models; use 'ds' or 'choco' "
                              "for a compressed exchange (compressor must be identity)")
+        if not 0.0 <= self.adagossip_beta < 1.0:
+            raise ValueError(f"gossip.adagossip_beta must be in [0, 1), got {self.adagossip_beta}")
+        if not 0.0 < self.adagossip_eps < float("inf"):
+            raise ValueError(f"gossip.adagossip_eps must be positive and finite, got {self.adagossip_eps}")
+        if not 0.0 <= self.gut_scaling < float("inf"):
+            raise ValueError(f"gossip.gut_scaling must be >= 0 and finite, got {self.gut_scaling}")
+        if not 0.0 <= self.gut_momentum < 1.0:
+            raise ValueError(f"gossip.gut_momentum must be in [0, 1), got {self.gut_momentum}")
+        if self.algorithm == "gut" and (self.eta != 1.0 or not self.compressor.is_identity):
+            raise ValueError("gossip.algorithm 'gut' sends uncompressed updates at the official "
+                             f"averaging rate (eta must be 1 and compressor identity, got eta {self.eta})")
         for name in ("choco_form", "choco_replicas"):  # the fidelity options' values, declared once
             if getattr(self, name) not in FIDELITY_CHOICES[name]:
                 raise ValueError(f"gossip.{name} must be one of {', '.join(FIDELITY_CHOICES[name])}, "

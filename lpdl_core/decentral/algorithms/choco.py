@@ -83,10 +83,11 @@ def outgoing(state: State, *, x: torch.Tensor, x_tilde: torch.Tensor, W: torch.T
     return x_tilde - state.xhat[:x_tilde.shape[0]]
 
 
-def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_tilde: torch.Tensor,
-        u: torch.Tensor, W: torch.Tensor, t: int, cfg: GossipCfg) -> Round:
-    """x̂_j += q_j for every sender j, then the consensus step (c: every sender's q_j)."""
-    r = x_tilde.shape[0]
+def consensus(state: State, *, c: torch.Tensor, W: torch.Tensor, t: int, cfg: GossipCfg,
+              r: int) -> tuple[torch.Tensor, State, torch.Tensor]:
+    """x̂_j += q_j for every sender j (c: every sender's q_j), then the r receivers' consensus
+    term Σ_j (W_ij − I_ij)(x̂_j − x̂_i) (or the code form): (term, new state, messages sent).
+    Shared with AdaGossip, which scales the same term per coordinate."""
     xhat = state.xhat + c
     W_off = off_diagonal(W)  # in-edge weights only
     sent = out_degree(W)
@@ -103,18 +104,24 @@ def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_ti
         active = w_e != 0
         # Catch-up: the receiver applies every q_j it missed, so its copy equals x̂_j again.
         replicas = torch.where(active[:, None], xhat[state.src], replicas)
-        backlog = (t - last_sync).clamp(min=1).to(x.dtype) * active.to(x.dtype)
+        backlog = (t - last_sync).clamp(min=1).to(xhat.dtype) * active.to(xhat.dtype)
         sent = torch.zeros_like(sent).index_add_(0, state.src, backlog)
         last_sync = torch.where(active, t, last_sync)  # t: an int, or a compiled step's long tensor
         S = torch.zeros_like(xhat).index_add_(0, state.dst, w_e[:, None] * replicas)
 
     own = xhat[:r]
     if cfg.choco_form == "paper":
-        consensus = S - W_off.sum(1, keepdim=True) * own
+        term = S - W_off.sum(1, keepdim=True) * own
     else:
-        consensus = S + (torch.diagonal(W) - 1.0)[:, None] * own
-    x_next = x_tilde + cfg.eta * consensus
-    new_state = State(xhat, replicas, state.src, state.dst, last_sync, aggregate)
+        term = S + (torch.diagonal(W) - 1.0)[:, None] * own
+    return term, State(xhat, replicas, state.src, state.dst, last_sync, aggregate), sent
+
+
+def mix(state: State, *, v: torch.Tensor, c: torch.Tensor, x: torch.Tensor, x_tilde: torch.Tensor,
+        u: torch.Tensor, W: torch.Tensor, t: int, cfg: GossipCfg) -> Round:
+    """x̂_j += q_j for every sender j, then the consensus step (c: every sender's q_j)."""
+    term, new_state, sent = consensus(state, c=c, W=W, t=t, cfg=cfg, r=x_tilde.shape[0])
+    x_next = x_tilde + cfg.eta * term
     return Round(x=x_next, u=push_sum_weights(u, W, cfg.eta), state=new_state, sent=sent)
 
 

@@ -101,6 +101,8 @@ class PackedSimulator(Simulator):
                 model = make_model()
                 self.x[rows] = self.layout.flatten([p.detach() for _, p in node_parameters(model)]).to(self.device)
         self.z.copy_(self.x / self.u[:, None])
+        # state that starts from x_0 (GUT's copies of every model) starts from each cell's own x_0
+        self.algo_state = self._init_algorithm()
 
     def _init_algorithm(self):
         return tuple(self.algorithm.init(self.x[rows], topology=m.topology, cfg=m.gossip)
