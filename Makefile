@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: reproduce reproduce-3seeds reproduce-official demo test test-all venv clean measurements
+.PHONY: reproduce reproduce-3seeds reproduce-official demo test test-all venv clean measurements screenshot
 
 venv: $(STAMP)
 
@@ -51,6 +51,11 @@ test-all: $(STAMP)
 # docs/measurements.md and every figure the docs quote, from docs/measurements/facts/*.json.
 measurements:
 	python3 scripts/measurements.py
+
+# docs/report-screenshot.png (the README's picture) from report/report.html, with headless Chromium.
+screenshot:
+	chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,1500 \
+	  --screenshot=$(CURDIR)/docs/report-screenshot.png file://$(CURDIR)/report/report.html
 
 clean:
 	rm -rf $(VENV) results/runs
