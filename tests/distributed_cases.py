@@ -136,3 +136,13 @@ def die_at(case: Case, victim: int, step: int, out_dir: str, hang: bool = False)
             node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
     finally:
         (Path(out_dir) / f"gave-up-{r}").write_text(str(time.time()))
+
+
+def launch_cases(cases: list[Case], out_dir) -> float:
+    """Run `cases` on N gloo ranks (run_cases) into out_dir; the wall seconds it took."""
+    from lpdl_core.decentral import p2p
+
+    t0 = time.perf_counter()
+    codes = p2p.launch(run_cases, cases, str(out_dir), world_size=N, cfg=p2p.P2PCfg(timeout_s=60))
+    assert codes == [0] * N, codes
+    return time.perf_counter() - t0

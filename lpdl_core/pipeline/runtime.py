@@ -170,7 +170,7 @@ class RuntimeRequest:
 STARTUP_MINUTES = 10  # a job's start: Python, torch's import, the data loaded
 COMPILED = "+compiled"  # a step-time column: the executor's step compiled as one graph
 PACKED = "@pack"        # a step-time column: a pack of K cells' step, e.g. "batched+compiled@pack4"
-COMPILE_MINUTES = 5     # a compiled job's first step: 1.7-2.1 min cold for ResNet-20 on a 16-core GPU host
+COMPILE_MINUTES = 5     # a compiled job's first step: 84-126 s cold for ResNet-20 on an H200 (docs/measurements.md#compile-h200)
 
 
 def step_kind(executor: str, compile: bool = False) -> str:
