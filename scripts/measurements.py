@@ -168,9 +168,10 @@ def render() -> dict[Path, str]:
     return out
 
 
-def stale() -> list[Path]:
-    return [p for p, text in render().items()
-            if not p.exists() or p.read_text(encoding="utf-8") != text]
+def stale(files: dict[Path, str] | None = None) -> list[Path]:
+    """The files whose text differs from what `render` (or the given `files`) says they should hold."""
+    files = render() if files is None else files
+    return [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FactError, json.JSONDecodeError) as e:
         print(f"measurements: error: {e}", file=sys.stderr)
         return 2
-    bad = [p for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    bad = stale(files)
     if args.check:
         for p in bad:
             print(f"stale: {_rel(p)} (run: make measurements)", file=sys.stderr)

@@ -41,14 +41,20 @@ def _plain(obj: Any) -> Any:
     return json.loads(json.dumps(obj))
 
 
+def _defining(cell_fields: Mapping, leave_out: tuple[str, ...]) -> dict:
+    """The cell columns that define a run: all but `leave_out`, and an open-grid column only when it
+    is not at its default (so the paper's runs keep the identity they had before those columns)."""
+    return {k: v for k, v in cell_fields.items()
+            if k not in leave_out and not (k in EXTENSION_DEFAULTS and v == EXTENSION_DEFAULTS[k])}
+
+
 def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping) -> dict:
     """What a run is: cell id, seed, profile, the cell's defining columns and fidelity."""
     fields = asdict(cell) if is_dataclass(cell) else dict(cell)
     fid = fidelity.as_dict() if isinstance(fidelity, Fidelity) else dict(fidelity)
     return _plain({"cell_id": cell.cell_id if hasattr(cell, "cell_id") else fields["cell_id"],
                    "seed": int(seed), "profile": profile,
-                   "cell": {k: v for k, v in fields.items() if k not in NOT_IDENTITY + ("cell_id",)
-                            and not (k in EXTENSION_DEFAULTS and v == EXTENSION_DEFAULTS[k])},
+                   "cell": _defining(fields, NOT_IDENTITY + ("cell_id",)),
                    "fidelity": {**Fidelity().as_dict(), **fid}})
 
 
@@ -64,8 +70,7 @@ def identity_of(metrics: Mapping) -> dict:
     else:
         cfg = metrics.get("config", {})
         ident = {"cell_id": cfg.get("cell_id"), "seed": cfg.get("seed"), "profile": cfg.get("profile"),
-                 "cell": {k: v for k, v in cfg.get("cell", {}).items() if k not in NOT_IDENTITY
-                          and not (k in EXTENSION_DEFAULTS and v == EXTENSION_DEFAULTS[k])},
+                 "cell": _defining(cfg.get("cell", {}), NOT_IDENTITY),
                  "fidelity": cfg.get("fidelity", {})}
     # options added to Fidelity later did not exist then: those runs used the default
     ident["fidelity"] = {**Fidelity().as_dict(), **ident.get("fidelity", {})}

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-import numpy as np
 import torch
 
 from ..compress import compress
-from .base import GossipCfg, Message, Round, absorb_replica, out_degree, residual
+from .base import (GossipCfg, Message, Round, absorb_replica, out_degree, refuse_frozen,
+                   require_fixed_doubly_stochastic, residual)
+
 
 def _always(cfg: GossipCfg) -> bool:
     return True
@@ -41,14 +42,8 @@ class State(NamedTuple):
 
 
 def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
-    if topology is not None:
-        if topology.time_varying:
-            raise ValueError("bagua-lp needs fixed peers; the topology "
-                             f"{topology.name!r} is time-varying")
-        W = topology.W(0)
-        if not (np.allclose(W, W.T) and np.allclose(W.sum(0), 1)):
-            raise ValueError(f"bagua-lp needs a symmetric doubly stochastic W (undirected peers); "
-                             f"{topology.name!r} with n={topology.n} is not (use 'ring' or 'torus')")
+    require_fixed_doubly_stochastic("bagua-lp", topology, symmetric=True, why="undirected peers",
+                                    hint=" (use 'ring' or 'torus')")
     return State()
 
 
@@ -57,9 +52,7 @@ def init_node(x: torch.Tensor, *, senders: int, topology, cfg: GossipCfg, layout
     x_0 (every node starts from the same x_0). The forward pass moves frozen tensors of x
     (layout.frozen) outside gossip, which no replica sees: refused."""
     init(x, topology=topology, cfg=cfg)
-    if layout is not None and layout.frozen:
-        raise ValueError("bagua-lp keeps replicas of its peers' models, which cannot follow frozen "
-                         f"tensors that the forward pass updates ({sorted(layout.frozen)})")
+    refuse_frozen("bagua-lp", layout, "keeps replicas of its peers' models")
     return State(xhat=torch.cat([x] + [x] * senders))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, NamedTuple
 
+import numpy as np
 import torch
 
 from ...config import ALGORITHMS, FIDELITY_CHOICES
@@ -151,3 +152,26 @@ def absorb_replica(state, row: int, c: torch.Tensor):
     xhat = state.xhat.clone()
     xhat[row] += c
     return state._replace(xhat=xhat)
+
+
+def require_fixed_doubly_stochastic(name: str, topology, *, symmetric: bool = False, why: str,
+                                    hint: str = "") -> None:
+    """For algorithms without push-sum that keep replicas of fixed peers (bagua-lp, gut): refuse a
+    time-varying graph, and a W that is not doubly stochastic (and symmetric, if asked), in one
+    line. topology None: nothing to check (a distributed rank's own row)."""
+    if topology is None:
+        return
+    if topology.time_varying:
+        raise ValueError(f"{name} needs fixed peers; the topology {topology.name!r} is time-varying")
+    W = topology.W(0)
+    if not (np.allclose(W.sum(0), 1) and np.allclose(W.sum(1), 1) and (not symmetric or np.allclose(W, W.T))):
+        kind = "symmetric doubly stochastic" if symmetric else "doubly stochastic"
+        raise ValueError(f"{name} needs a {kind} W ({why}); {topology.name!r} with n={topology.n} is not{hint}")
+
+
+def refuse_frozen(name: str, layout, keeps: str) -> None:
+    """Replicas (or model copies) of x cannot follow the tensors the forward pass updates outside
+    gossip (layout.frozen, e.g. 8-bit activation ranges kept as parameters): one line."""
+    if layout is not None and layout.frozen:
+        raise ValueError(f"{name} {keeps}, which cannot follow frozen tensors that the forward pass "
+                         f"updates ({sorted(layout.frozen)})")

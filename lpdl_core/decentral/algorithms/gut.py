@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
-from .base import GossipCfg, Message, Round, out_degree, residual
+from .base import GossipCfg, Message, Round, out_degree, refuse_frozen, require_fixed_doubly_stochastic, residual
 
 MESSAGE = Message(push_sum_weight=False)  # node j sends P_{t+1} − P_t only (u stays 1)
 
@@ -46,16 +45,8 @@ class State(NamedTuple):
 
 
 def _check(topology, layout) -> None:
-    if topology is not None:
-        if topology.time_varying:
-            raise ValueError(f"gut needs fixed peers; the topology {topology.name!r} is time-varying")
-        W = topology.W(0)
-        if not (np.allclose(W.sum(0), 1) and np.allclose(W.sum(1), 1)):
-            raise ValueError(f"gut needs a doubly stochastic W (it has no push-sum); {topology.name!r} "
-                             f"with n={topology.n} is not")
-    if layout is not None and layout.frozen:
-        raise ValueError("gut keeps each node's model P apart from x, which cannot follow frozen "
-                         f"tensors that the forward pass updates ({sorted(layout.frozen)})")
+    require_fixed_doubly_stochastic("gut", topology, why="it has no push-sum")
+    refuse_frozen("gut", layout, "keeps each node's model P apart from x")
 
 
 def init(x: torch.Tensor, *, topology, cfg: GossipCfg) -> State:
