@@ -384,6 +384,8 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
         raise ConfigError(f"{key}: {err.message}")
     if cfg.get("compile") and cfg.get("executor") != "batched":
         raise ConfigError(f"compile: true needs executor: batched, got executor: {cfg.get('executor')}")
+    if cfg.get("compile") and cfg.get("fused_quant"):
+        raise ConfigError("fused_quant: true and compile: true are alternatives (compile fuses the whole step)")
     if cfg.get("cells_per_job") == "pack" and cfg.get("executor") == "distributed":
         raise ConfigError("cells_per_job: pack needs executor: loop or batched (a pack runs in one process), "
                           "got executor: distributed")

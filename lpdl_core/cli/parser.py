@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
                    help="torch.compile mode of the compiled steps (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; "
                         "default elsewhere)")
+    b.add_argument("--fused-quant", action="store_true",
+                   help="the eager steps with the 8-bit quantizer chains as fused compiled kernels "
+                        "(needs --warmup >= 1: the first step compiles them)")
     b.add_argument("--pack", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
     b.add_argument("--out", help=also_json)
@@ -174,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "the first step compiles, minutes on a CPU)")
     tr.add_argument("--compile-mode", choices=COMPILE_MODES, default="auto",
                     help="torch.compile mode (auto: reduce-overhead, i.e. CUDA graphs, on CUDA; default elsewhere)")
+    tr.add_argument("--fused-quant", action="store_true",
+                    help="eager steps with the 8-bit quantizer chains as fused compiled kernels (not with --compile; "
+                         "the first steps compile them, about a minute on a CPU)")
     tr.add_argument("--pack-size", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
                     help="train cells that can share one stacked state together, K at a time (executor loop or "
                          "batched; they may differ in seed, skew, graph, compression and eta; default 1: one by one)")

@@ -126,7 +126,7 @@ def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
 
     results = run_cells_packed(cells, out_of, a.profile, pack_size=a.pack_size, seed=a.seed, fidelity=fidelity,
                                device=a.device, executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
-                               data_root=a.data_root, offline=a.offline, progress=progress)
+                               fused_quant=a.fused_quant, data_root=a.data_root, offline=a.offline, progress=progress)
     failed = []
     for cell in cells:
         m, out = results[cell.cell_id], out_of(cell.cell_id)
@@ -248,7 +248,7 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> N
         with above_bar:
             m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
                          executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
-                         data_root=a.data_root, progress=progress, offline=a.offline,
+                         fused_quant=a.fused_quant, data_root=a.data_root, progress=progress, offline=a.offline,
                          group=group)
     finally:
         if bar is not None:

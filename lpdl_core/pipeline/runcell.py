@@ -154,13 +154,15 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
 @holds_run_folder  # one live run per run folder: a second one is refused (lpdl_core.pipeline.runlock)
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
              fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
-             compile: bool = False, compile_mode: str = "auto", data_root: str | None = None, progress: Callable[[dict], None] | None = None,
+             compile: bool = False, compile_mode: str = "auto", fused_quant: bool = False,
+             data_root: str | None = None, progress: Callable[[dict], None] | None = None,
              offline: bool = False, group: Group | None = None) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
     partition.csv}. metrics.json is written last, so its presence means the cell is complete.
     offline: download nothing (the workflow's jobs; `lpdl prefetch` fetched the data beforehand).
     compile: each training iteration as one torch.compile graph (executor "batched"; how it runs,
-    not what it computes: same run identity).
+    not what it computes: same run identity). fused_quant: the 8-bit quantizers as fused kernels
+    in eager steps (engine.fused_quant; also how it runs, not what it computes).
     executor "distributed": this process is one of the cell's n ranks (`group`, joined if not
     given: lpdl_core.pipeline.ranks); rank 0 checks and writes the run folder.
 
@@ -189,11 +191,12 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
     split = load_dataset(plan.dataset, offline=offline, crop_sampling=plan.fidelity.crop_sampling, **plan.dataset_kwargs)
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
-                       compile_mode=compile_mode, rng_streams=plan.fidelity.rng_streams)
+                       compile_mode=compile_mode, rng_streams=plan.fidelity.rng_streams, fused_quant=fused_quant)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)
-    config = run_config(cell, plan, split, executor=executor, compile=compile, device=device)
+    config = run_config(cell, plan, split, executor=executor, compile=compile, device=device,
+                        fused_quant=fused_quant)
     if group.distributed:
         config["processes"] = group.world
     group.barrier()  # every rank has finished (and saved its last checkpoint)
@@ -217,11 +220,12 @@ def finished_run(out: Path, identity: dict, progress: Callable[[dict], None] | N
     return read_run_metrics(out / "metrics.json", identity)
 
 
-def run_config(cell: Cell, plan: Plan, split, *, executor: str, compile: bool, device: str) -> dict:
+def run_config(cell: Cell, plan: Plan, split, *, executor: str, compile: bool, device: str,
+               fused_quant: bool = False) -> dict:
     """The `config` record of a run's metrics.json: the cell, its resolved plan and how it ran."""
     return {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": plan.profile, "seed": plan.run.partition_seed,
             "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
-            "fidelity": plan.fidelity.as_dict(), "executor": executor, "compile": compile, "device_requested": device,
+            "fidelity": plan.fidelity.as_dict(), "executor": executor, "compile": compile, "fused_quant": fused_quant, "device_requested": device,
             "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
 
 

@@ -35,7 +35,7 @@ def _plan_key(plan: Plan) -> tuple:
 def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: str = "mini", *, pack_size: int = 4,
                      seed: int | None = None, fidelity: Fidelity = Fidelity(), device: str = "auto",
                      executor: str = "batched", compile: bool = False, compile_mode: str = "auto",
-                     data_root: str | None = None, offline: bool = False,
+                     fused_quant: bool = False, data_root: str | None = None, offline: bool = False,
                      progress: Callable[[str, dict], None] | None = None) -> dict[str, dict | Exception]:
     """Every cell's metrics (or the error that stopped it), by cell id. progress(cell_id, event)."""
     from ..data.registry import load_dataset
@@ -91,7 +91,8 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
                     try:
                         out[cell.cell_id] = run_cell(
                             cell, out_of(cell.cell_id), profile, seed=seed, fidelity=fidelity, device=device,
-                            executor=executor, compile=compile, compile_mode=compile_mode, data_root=data_root,
+                            executor=executor, compile=compile, compile_mode=compile_mode, fused_quant=fused_quant,
+                            data_root=data_root,
                             progress=lambda ev, c=cell.cell_id: report(c, ev), offline=offline)
                     except (LpdlError, OSError, ValueError) as e:
                         out[cell.cell_id] = e
@@ -100,13 +101,15 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
                         for _, p, ident in stack]
                 try:
                     out.update(_train_stack(stack, runs, split, out_of, executor=executor, device=device,
-                                            compile=compile, compile_mode=compile_mode, report=report))
+                                            compile=compile, compile_mode=compile_mode, fused_quant=fused_quant,
+                                            report=report))
                 except (LpdlError, OSError, ValueError) as e:
                     out.update({c.cell_id: e for c, _, _ in stack})
     return out
 
 
-def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compile_mode, report) -> dict[str, dict]:
+def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compile_mode, fused_quant,
+                 report) -> dict[str, dict]:
     from ..decentral.engine import EngineCfg
     from ..training.pack import train_pack
 
@@ -117,7 +120,7 @@ def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compi
             held.enter_context(hold_run_folder(d))
             d.mkdir(parents=True, exist_ok=True)
         engine = EngineCfg(executor=executor, device=device, compile=compile, compile_mode=compile_mode,
-                           rng_streams=stack[0][1].fidelity.rng_streams)
+                           rng_streams=stack[0][1].fidelity.rng_streams, fused_quant=fused_quant)
 
         def progress(ev: dict) -> None:
             if "cell" in ev:
@@ -132,7 +135,8 @@ def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compi
         # the first cell's folder last: writing it drops the pack's checkpoint, which resumes the others
         for k in [*range(1, len(stack)), 0]:
             (cell, plan, ident), res, d = stack[k], results[k], dirs[k]
-            config = run_config(cell, plan, split, executor=executor, compile=compile, device=device)
+            config = run_config(cell, plan, split, executor=executor, compile=compile, device=device,
+                                fused_quant=fused_quant)
             config["packed_with"] = [c for c in ids if c != cell.cell_id]
             done[cell.cell_id] = write_run(d, res, config, split, ident)
     return done

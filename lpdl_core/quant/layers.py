@@ -20,7 +20,8 @@ from torch import nn
 
 from . import traced
 from .params import OwnRangeParams
-from .quantizer import QuantCfg, eager_apply, fake_quant, quantize, quantize_grad
+from . import fused
+from .quantizer import QuantCfg, eager_apply, own_range_quant, quantize, quantize_grad
 
 
 class QuantMeasure(nn.Module):
@@ -49,6 +50,9 @@ class QuantMeasure(nn.Module):
                 f"ranges={'parameters' if q.measure_as_parameters else 'buffers'}, momentum={q.momentum}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = self.qcfg
+        if self.training and fused.active():  # the range, its running update and Q(x): one kernel
+            return fused.measured(x, self.running_min, self.running_max, q.bits, q.act_rounding, q.momentum)
         if self.training:
             with torch.no_grad():
                 # per-sample min and max (amin and amax: aminmax(dim=1), one op, measured 10x
@@ -94,7 +98,7 @@ class _BifurcatedConv(torch.autograd.Function):
         bias_sizes = [w.shape[0]] if ctx.has_bias else None
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            gq = fake_quant(g, ctx.grad_bits, ctx.grad_rounding)
+            gq = own_range_quant(g, ctx.grad_bits, ctx.grad_rounding)
             gx = conv_bw(gq, x, w, bias_sizes, stride, padding, dilation, False, [0, 0], groups,
                          [True, False, False])[0]
         if ctx.needs_input_grad[1] or (ctx.has_bias and ctx.needs_input_grad[2]):
@@ -122,7 +126,7 @@ class _BifurcatedLinear(torch.autograd.Function):
         x, w = ctx.saved_tensors
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
-            gx = fake_quant(g, ctx.grad_bits, ctx.grad_rounding) @ w
+            gx = own_range_quant(g, ctx.grad_bits, ctx.grad_rounding) @ w
         if ctx.needs_input_grad[1]:
             gw = g.reshape(-1, g.shape[-1]).transpose(0, 1) @ x.reshape(-1, x.shape[-1])
         if ctx.has_bias and ctx.needs_input_grad[2]:

@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 
 from ..config import FIDELITY_CHOICES
+from . import fused
 
 ROUNDINGS = FIDELITY_CHOICES["act_rounding"]  # the fidelity option's values, declared once
 # quantize/quantize_grad in the form torch.compile traces, with the switch that selects it: set by
@@ -180,6 +181,12 @@ def dequantized(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits:
     return t.round_().mul_(scale).add_(x_min)
 
 
+def own_range_quant(x: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
+    """Q(x) over x's own range (a layer gradient's quantizer; Range EvoNorm's scale), by its fused
+    kernel while `fused.active()`, else `fake_quant`. No gradient handling."""
+    return fused.own_range(x, bits, rounding) if fused.active() else fake_quant(x, bits, rounding)
+
+
 def eager_apply(cls: type[torch.autograd.Function]):
     """`cls.apply` without torch's per-call argument binding.
 
@@ -252,7 +259,7 @@ class _QuantizeGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return fake_quant(grad, ctx.bits, ctx.rounding), None, None
+        return own_range_quant(grad, ctx.bits, ctx.rounding), None, None
 
 
 _quantize_grad_apply = eager_apply(_QuantizeGrad)

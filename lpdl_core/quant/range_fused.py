@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from . import traced
-from .quantizer import eager_apply, fake_quant, functorch_wrapped
+from .quantizer import eager_apply, functorch_wrapped, own_range_quant
 
 # hardtanh_backward(g, u, lo, hi) keeps g where lo < u < hi. With lo just below 0 and hi the
 # float32 successor of 1 that is exactly clamp's closed interval 0 <= u <= 1: u = fl(t/6) + 0.5
@@ -63,7 +63,7 @@ def _forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: i
         mx, mn, imx, imn = y.amax(-1), y.amin(-1), None, None
     r = mx.mean(-1) - mn.mean(-1)                                          # (B, G)
     s = 1 / (r * c + eps)
-    sq = fake_quant(s, bits) if bits else s
+    sq = own_range_quant(s, bits, "nearest") if bits else s
     n = u.clamp(0.0, 1.0).mul_(x)                                          # x h
     return n.mul_(group_scale(sq, w)).add_(b), s, sq, u, imx, imn
 

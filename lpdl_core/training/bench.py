@@ -24,6 +24,7 @@ from ..decentral.engine import EngineCfg, Simulator
 from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.topology import Topology
 from ..models.registry import build_model, input_size
+from ..quant import fused
 from ..quant.params import ParamQuant
 from ..quant.quantizer import QuantCfg
 from .opcount import step_op_counts
@@ -60,7 +61,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                warmup: int = 2, executor: str = "loop", device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = PRECISIONS,
                compression: float = 0.0, compile: bool = False, compile_mode: str = "auto", pack: int = 1,
-               progress: Callable[[dict], None] | None = None) -> dict:
+               fused_quant: bool = False, progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
     compile: also time each precision's step compiled as one graph (engine.compile, batched
@@ -69,6 +70,8 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     for it; `compiled_lp_over_fp` and `compiled_speedup` (eager / compiled, per precision) sum up.
 
     compile_mode: torch.compile's mode for the compiled steps (auto: CUDA graphs on CUDA).
+    fused_quant: the eager steps with the 8-bit quantizer chains as fused kernels
+        (engine.fused_quant, lpdl_core.quant.fused); their compilation happens in the warmup steps.
     pack: time a pack of that many cells of `nodes` nodes each (engine/packed.py: one stacked
     state, block-diagonal mixing) instead of one cell; the medians are of the whole pack's step,
     and `per_cell_median_s` divides by the cells.
@@ -83,6 +86,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     gossip = gossip_for(compression)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
                  "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "compile": compile, "pack": pack, "interleaved": True,
+                 "fused_quant": fused_quant,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
     if executor == "distributed":  # n processes, each step split into compute / compression / communication
@@ -99,6 +103,8 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         raise ValueError("bench --pack runs in one process: use --executor loop or batched")
     if compile and executor != "batched":
         raise ValueError(f"bench --compile needs --executor batched, got {executor!r}")
+    if fused_quant and warmup < 1:
+        raise ValueError("bench --fused-quant needs --warmup >= 1 (the first step compiles the kernels; it is never timed)")
     if compile and warmup < 1:
         raise ValueError("bench --compile needs --warmup >= 1 (the first step compiles; it is never timed)")
     sims, times, first, kernels = {}, {}, {}, {}
@@ -126,7 +132,8 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         for (precision, compiled), s in sims.items():
             if i == 0 and compiled:
                 before = kernel_count()
-            seconds[precision + (" compiled" if compiled else "")] = dt = _time_step(s, x, y)
+            with fused.enabled(fused_quant and not compiled):
+                seconds[precision + (" compiled" if compiled else "")] = dt = _time_step(s, x, y)
             if i == 0 and compiled:
                 first[precision], kernels[precision] = dt, kernel_count() - before
             if i >= warmup:
@@ -144,10 +151,11 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                 # CUDA graphs that inductor declined (reduce-overhead only; the reason is logged)
                 "cudagraph_skips": torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]}
             continue
-        ops = step_op_counts(sims[precision, False], x, y)  # one more step each, counted, not timed
+        with fused.enabled(fused_quant):  # one more step each, counted, not timed
+            ops = step_op_counts(sims[precision, False], x, y)
         out["results"][precision] = {**summary, "params": sims[precision, False].layout.d,
                                      "aten_ops": ops["aten_ops"], "non_view_ops": ops["non_view_ops"],
-                                     "host_syncs": ops["host_syncs"]}
+                                     "fused_ops": ops["fused_ops"], "host_syncs": ops["host_syncs"]}
     _ratio(out)
     return out
 

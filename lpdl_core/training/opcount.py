@@ -9,7 +9,11 @@ how the tests hold them without a GPU.
 
 The counter is a `TorchDispatchMode`: it sees each operator after autograd, vmap's batching rules
 and decompositions have run, i.e. the operators that execute. The operators an operator calls
-internally (e.g. a CPU kernel's own helpers) are not counted.
+internally (e.g. a CPU kernel's own helpers) are not counted. lpdl's fused quantizers
+(`lpdl.measure_quant`, `lpdl.own_range_quant`: lpdl_core.quant.fused) count once per call and are
+also reported apart (`fused_ops`): each is one compiled kernel on a CPU (a test reads the generated
+code), and a few on a GPU, where a reduction and the pointwise chain that uses it are separate
+Triton kernels.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ HOST_SYNC_OPS = frozenset({"aten._local_scalar_dense", "aten.item", "aten.nonzer
                            "aten.masked_select", "aten.unique", "aten._unique", "aten._unique2",
                            "aten.unique_consecutive", "aten.unique_dim", "aten.repeat_interleave",
                            "aten.equal", "aten.is_nonzero"})
+
+FUSED_NAMESPACE = "lpdl"  # the custom-operator namespace of lpdl_core.quant.fused
 
 
 class OpCounter(TorchDispatchMode):
@@ -52,6 +58,11 @@ class OpCounter(TorchDispatchMode):
         return self.total - self.views
 
     @property
+    def fused(self) -> int:
+        """Calls of lpdl's fused custom operators (FUSED_NAMESPACE)."""
+        return sum(v for k, v in self.ops.items() if k.startswith(FUSED_NAMESPACE + "."))
+
+    @property
     def host_syncs(self) -> Counter[str]:
         return Counter({k: v for k, v in self.ops.items() if k in HOST_SYNC_OPS})
 
@@ -66,8 +77,9 @@ def count_ops(fn: Callable[[], object]) -> OpCounter:
 def step_op_counts(sim, x: torch.Tensor, y: torch.Tensor, lr: float = 0.01) -> dict:
     """Operators of one `sim.train_step(x, y, lr)` (after one uncounted step, so lazily built
     state such as cached mixing matrices is not counted): {"aten_ops", "non_view_ops",
-    "host_syncs", "top"}."""
+    "fused_ops", "host_syncs", "top"} (aten_ops and non_view_ops count a fused operator once)."""
     sim.train_step(x, y, lr)
     c = count_ops(lambda: sim.train_step(x, y, lr))
-    return {"aten_ops": c.total, "non_view_ops": c.non_view, "host_syncs": sum(c.host_syncs.values()),
+    return {"aten_ops": c.total, "non_view_ops": c.non_view, "fused_ops": c.fused,
+            "host_syncs": sum(c.host_syncs.values()),
             "top": dict(c.ops.most_common(8))}

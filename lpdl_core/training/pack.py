@@ -33,6 +33,7 @@ from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms, node_partition
 from ..decentral.topology import Topology
+from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import lr_at, lr_at_step
@@ -167,7 +168,8 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
                 lr = lr_at_step(epoch * iters + it, total, run.lr, run.schedule)
             xb, yb = batch(list(idxs))
             sim.keep_premix = run.tests_before_gossip(it, iters)
-            losses = sim.train_step(xb, yb, lr)
+            with fused.enabled(engine.fused_quant):
+                losses = sim.train_step(xb, yb, lr)
             sim.keep_premix = False
             loss_sum += losses
             finite = torch.isfinite(losses.view(K, -1)).all(1).tolist()
@@ -213,7 +215,8 @@ def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_t
     before = {}
     if live and run.final_round_count(samplers[0].iters_per_epoch):
         before = dict(zip(live, evaluate_cells(sim, live, x_te, y_te, batch_size=run.test_batch, transform=to_test)))
-        run_final_rounds(sim, run, samplers[0].iters_per_epoch, lambda: batch([next(s) for s in streams]))
+        with fused.enabled(engine.fused_quant):
+            run_final_rounds(sim, run, samplers[0].iters_per_epoch, lambda: batch([next(s) for s in streams]))
     # every cell, a diverged one included (its NaN model, as its solo run evaluates it)
     finals = evaluate_cells(sim, list(range(len(runs))), x_te, y_te, batch_size=run.test_batch, transform=to_test)
     results = []

@@ -24,6 +24,7 @@ from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms, node_partition
 from ..decentral.topology import Topology
+from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import ScheduleCfg, lr_at, lr_at_step
@@ -250,7 +251,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
                 lr = lr_at_step(epoch * sampler.iters_per_epoch + it, total, run.lr, run.schedule)
             xb, yb = batch(idx[sim.rows])
             sim.keep_premix = run.tests_before_gossip(it, sampler.iters_per_epoch)
-            losses = sim.train_step(to_train(xb), yb, lr)
+            with fused.enabled(engine.fused_quant):
+                losses = sim.train_step(to_train(xb), yb, lr)
             sim.keep_premix = False
             loss_sum += losses
             if not sim.all_finite(losses):
@@ -288,7 +290,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     before_final = None
     if status == "ok" and run.final_round_count(sampler.iters_per_epoch):
         before_final = evaluate(sim, x_te, y_te.to(dev), batch_size=run.test_batch, transform=to_test).as_dict()
-        run_final_rounds(sim, run, sampler.iters_per_epoch, next_batch)
+        with fused.enabled(engine.fused_quant):
+            run_final_rounds(sim, run, sampler.iters_per_epoch, next_batch)
     final = evaluate(sim, x_te, y_te.to(dev), batch_size=run.test_batch, transform=to_test).as_dict()
     if not math.isfinite(final["mean_loss"]) and status == "ok":
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}

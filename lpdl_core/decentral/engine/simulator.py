@@ -53,6 +53,11 @@ class EngineCfg:
         noise, and in training its sample order and augmentation) | "shared" (the official code,
         whose ranks all seed torch identically: every node draws the same values, so nodes with
         identical shards see identical batches and identical rounding noise).
+    fused_quant: the 8-bit layers' quantizer chains as fused compiled kernels in an eager step
+        (lpdl_core.quant.fused; the trainer switches them on around each step): a few kernels per
+        quantizer instead of about a dozen launches. Same math, not bitwise (own rounding noise).
+        Not with compile (which fuses the whole step) nor with shared streams under the batched
+        executor (the fused kernels draw noise per node).
     """
 
     executor: Literal["loop", "batched", "distributed"] = "loop"
@@ -61,6 +66,7 @@ class EngineCfg:
     compile: bool = False
     compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
     rng_streams: Literal["per-node", "shared"] = "per-node"
+    fused_quant: bool = False
 
     def __post_init__(self) -> None:
         if self.rng_streams not in RNG_STREAMS:
@@ -72,6 +78,11 @@ class EngineCfg:
         CompileCfg(enabled=self.compile, mode=self.compile_mode)  # validates both
         if self.compile and self.executor != "batched":
             raise ValueError(f"engine.compile needs engine.executor 'batched', got {self.executor!r}")
+        if self.fused_quant and self.compile:
+            raise ValueError("engine.fused_quant and engine.compile are alternatives: compile fuses the whole step")
+        if self.fused_quant and self.rng_streams == "shared" and self.executor == "batched":
+            raise ValueError("engine.fused_quant draws rounding noise per node; with rng_streams 'shared' "
+                             "use the loop executor")
 
 
 def resolve_device(name: str) -> torch.device:
