@@ -160,3 +160,22 @@ def test_the_mini_protocol_learns(cell_id, bound, tmp_path, one_thread):
 
     m = run_cell(CELLS[cell_id], tmp_path, "mini", device="cpu")
     assert m["status"] == "ok" and m["final"]["mean_acc"] >= bound, m["final"]["mean_acc"]
+
+
+def test_a_mini_run_key_reads_every_column_its_run_depends_on():
+    """RUN_AXES and Cell's columns together: a new column is either in the key or named here as
+    one the mini protocol does not read. So cells that differ only in their partition or
+    compressor (extension columns) never share a run, and QSGD at 0 % is not D-PSGD."""
+    from dataclasses import fields, replace
+
+    from lpdl_core.pipeline.cells import Cell
+    from lpdl_core.pipeline.mini import RUN_AXES, gossip_kind
+
+    not_read = {"table", "block", "notes", "paper_acc", "epochs", "lr_schedule", "milestones", "seed", "algorithm"}
+    assert {f.name for f in fields(Cell)} == set(RUN_AXES) | not_read
+    base = next(c for c in ALL if c.algorithm == "ds" and c.compression == 0 and c.eta == 1.0 and c.nodes > 1)
+    assert gossip_kind(base) == "dpsgd"
+    for other in (replace(base, partition="dirichlet:0.1", skew=0.0), replace(base, compressor="qsgd:4")):
+        assert run_key(other, 0) != run_key(base, 0)
+    assert gossip_kind(replace(base, compressor="qsgd:4")) == "ds"
+    assert gossip_kind(replace(base, compressor="identity")) == "dpsgd"

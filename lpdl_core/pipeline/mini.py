@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
+from .cells import EXTENSION_COLUMNS, SPARSIFIERS
 
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
@@ -97,16 +98,25 @@ def mini_run(cell) -> MiniRun:
                    mapping=tuple(mapping))
 
 
+def uncompressed(cell) -> bool:
+    """The cell's messages are exact: the identity compressor, or top-k / random-k dropping 0 %
+    (QSGD and min-max quantize at any setting)."""
+    return cell.compressor == "identity" or (cell.compressor in SPARSIFIERS and cell.compression == 0)
+
+
 def gossip_kind(cell) -> str:
     """The gossip a cell's run computes: "dpsgd" where DS or CHOCO reduce to D-PSGD/SGP exactly
-    (no compression, eta = 1), else the cell's algorithm."""
-    if cell.algorithm in ("ds", "choco", "dpsgd") and cell.compression == 0 and cell.eta == 1.0:
+    (exact messages, eta = 1), else the cell's algorithm."""
+    if cell.algorithm in ("ds", "choco", "dpsgd") and uncompressed(cell) and cell.eta == 1.0:
         return "dpsgd"
     return cell.algorithm
 
 
+# Every column a mini run depends on besides the algorithm (gossip_kind) and the seed; the others
+# (table, block, notes, paper_acc, epochs, lr_schedule, milestones, seed) it does not read (a test holds this
+# list and Cell's columns together).
 RUN_AXES = ("dataset", "model", "nodes", "topology", "compression", "eta", "skew", "precision", "momentum",
-            "norm", "optimizer", "lr", "batch_per_node", "final_gossip_rounds")
+            "norm", "optimizer", "lr", "batch_per_node", "final_gossip_rounds") + EXTENSION_COLUMNS
 
 
 def run_key(cell, seed: int) -> tuple:
