@@ -76,6 +76,8 @@ def test_a_missing_grid_names_what_exists(tmp_path):
         load_grid("other", tmp_path)
     with pytest.raises(ConfigError, match="not a paper table's name"):
         load_grid("table2", tmp_path)
+    with pytest.raises(ConfigError, match="official code mode's folder suffix"):
+        load_grid("official", tmp_path)
 
 
 def test_the_shipped_heterogeneity_grid():

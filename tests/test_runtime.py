@@ -210,3 +210,22 @@ def test_retries_warning_names_what_is_needed():
                     "attempts (each resumes from its checkpoint): run with --retries 3 or more (this run "
                     "allows 1), or raise max_runtime")
     assert "--retries 1 or more, or raise" in retries_warning([2], retries=None, max_minutes=60)
+
+
+def test_lpdl_plan_prices_an_extension_grid_apart(tmp_path, capsys, monkeypatch):
+    """`--config extensions=[heterogeneity]`: the paper's bill unchanged, the grid's own bill (its
+    140 cells, one results folder) printed after it and under "grids" in the JSON."""
+    from lpdl_core.cli import main
+
+    monkeypatch.chdir(ROOT)
+    base, ext = tmp_path / "base.json", tmp_path / "ext.json"
+    assert main(["plan", "--configfile", "config/paper.yaml", "--out", str(base)]) == 0
+    assert main(["plan", "--configfile", "config/paper.yaml", "--config", "extensions=[heterogeneity]",
+                 "--out", str(ext)]) == 0
+    text = capsys.readouterr().out
+    b, e = json.loads(base.read_text()), json.loads(ext.read_text())
+    assert {k: v for k, v in e.items() if k != "grids"} == b
+    g = e["grids"]["heterogeneity"]
+    assert set(g["tables"]) == {"heterogeneity"} and g["total"]["cells"] == 140
+    assert g["total"]["asked_gpu_h"] >= g["total"]["expected_gpu_h"] > 0
+    assert "extension grid heterogeneity: 140 cells" in text

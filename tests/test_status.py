@@ -103,3 +103,31 @@ def test_lpdl_status_reads_the_config_as_snakemake_does(tmp_path, capsys):
     assert "0 current, 16 missing" in capsys.readouterr().out
     assert main(["status", "--directory", str(work), "--config", "seeds=[1,x]"]) == 2
     assert "seeds/1" in capsys.readouterr().err
+
+
+def test_an_extension_grids_folder_is_checked_by_status_and_the_last_check(tmp_path, capsys, monkeypatch):
+    """`extensions: [tiny]`: `lpdl status` and the workflow's last check (hooks) hold the grid's
+    folder, results/mini-tiny/, to the same standard: a missing grid run fails both."""
+    import shutil
+
+    import pytest
+
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.hooks import check_results_current
+    from repo_copy import ROOT
+
+    work = tmp_path / "wf"
+    (work / "workflow" / "schemas").mkdir(parents=True)
+    shutil.copy(ROOT / "workflow/schemas/config.schema.yaml", work / "workflow/schemas/")
+    (work / "config" / "extensions").mkdir(parents=True)
+    shutil.copy(ROOT / "config/config.yaml", work / "config/")
+    shutil.copy(ROOT / ".test/config/extensions/tiny.yaml", work / "config/extensions/")
+    argv = ["status", "--directory", str(work), "--config", "tables=[table3]", "extensions=[tiny]", "seeds=[1]"]
+    assert main(argv) == 1
+    assert f"{work / 'results' / 'mini-tiny'}: 2 cells x 1 seed: 0 current, 2 missing" in capsys.readouterr().out
+    grid = load_grid("tiny", work)
+    monkeypatch.chdir(work)
+    with pytest.raises(SystemExit):
+        check_results_current([], profile="mini", seeds=[1], modes={"mini": Fidelity()}, report_results="mini",
+                              report_dir="report", tables=[], grids={"mini-tiny": grid.cells})
+    assert "mini-tiny" in capsys.readouterr().err

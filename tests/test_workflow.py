@@ -198,6 +198,12 @@ def test_the_catalog_test_config_runs_end_to_end(tmp_path):
     test = repo / ".test"
     rows = (test / "results/mini/tables/table3.csv").read_text().splitlines()
     assert len(rows) == 1 + 4
+    grid = (test / "results/mini-tiny/tables/tiny.csv").read_text().splitlines()  # the extension grid
+    assert len(grid) == 1 + 2 and all(",ok," in r for r in grid[1:]), grid
+    assert sorted(p.name for p in (test / "results/mini-tiny/runs").iterdir()) == [
+        "tiny-resnet20-ring4-c0-dir0.1-ds-fp32", "tiny-resnet20-ring4-c0-s0-ds-fp32"]
+    html = (test / "report/report.html").read_text()
+    assert "Grid tiny" in html and "Dirichlet 0.1 − skew 0" in html and 'id="fig-grid-tiny-accuracy-bytes"' in html
     assert (test / "report/report.html").is_file()
     assert "2 current" not in p.stderr  # the last check stays quiet when everything is current
     assert not (repo / "results/mini").exists()  # everything stayed under .test/
@@ -256,3 +262,45 @@ def test_a_distributed_cell_runs_locally_under_snakemake(tmp_path):
     log = next((repo / "results/mini/logs/train").rglob("seed1234.log")).read_text()
     assert "starting 4 processes" in log and log.count(f"[{cell}] ok:") == 1
     assert len((repo / "results/mini/tables/table4.csv").read_text().splitlines()) == 2
+
+
+def test_an_extension_grid_joins_the_dag_in_its_own_folder():
+    """`--config extensions=[heterogeneity]`: the grid's jobs (its 140 cells, DS/CHOCO twins at
+    0 % sharing runs as in the paper's tables) write into results/mini-heterogeneity/ only, and
+    one aggregate per grid makes its tidy table; the paper's jobs are the same as without it."""
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.jobs import plan_jobs
+
+    base = _smk(ROOT, "-n", "--forceall", "--nolock", "--quiet", "rules")
+    p = _smk(ROOT, "-n", "--forceall", "--nolock", "--config", "extensions=[heterogeneity]")
+    assert base.returncode == 0 and p.returncode == 0, p.stderr[-2000:]
+    jobs = plan_jobs(load_grid("heterogeneity").cells, "mini")
+    assert sum(len(j.cells) for j in jobs) == 140
+    rules = set(re.findall(r"^rule (\w+):", p.stdout, flags=re.M))
+    paper_rules = {l.split()[0] for l in base.stdout.splitlines() if l.startswith("train_")}
+    assert {j.rule for j in jobs} | paper_rules | {"aggregate_heterogeneity"} <= rules
+    assert "results/mini-heterogeneity/tables/heterogeneity.csv" in p.stdout
+    grid_outputs = re.findall(r"results/[\w.-]+/runs/heterogeneity-[\w.-]+/seed\d+/metrics\.json", p.stdout)
+    assert len(set(grid_outputs)) == 140 and all(o.startswith("results/mini-heterogeneity/") for o in grid_outputs)
+    bad = _smk(ROOT, "-n", "--config", "extensions=[nosuchgrid]")
+    lines = [l for l in bad.stderr.splitlines() if l.strip() and not SNAKEMAKE_NOTICE.match(l)]
+    assert bad.returncode != 0 and len(lines) == 1 and "nosuchgrid" in lines[0], bad.stderr
+
+
+def test_the_train_script_names_the_grid_of_a_grid_job(tmp_path, monkeypatch):
+    import runpy
+    from types import SimpleNamespace
+
+    calls = {}
+    monkeypatch.setattr(os, "environ", dict(os.environ))
+    monkeypatch.setattr(os, "execv", lambda exe, argv: calls.update(argv=argv))
+    monkeypatch.setattr(os, "dup2", lambda a, b: None)
+    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": None, "device": "cpu", "executor": "loop",
+                                 "data_root": None, "fused_quant": True},
+                         wildcards=SimpleNamespace(seed="1234", results="mini-heterogeneity"), threads=1,
+                         params=SimpleNamespace(cells=["heterogeneity-x"], fidelity="{}", grid="heterogeneity"),
+                         log=[str(tmp_path / "job.log")])
+    runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
+    argv = calls["argv"]
+    assert argv[argv.index("--grid") + 1] == "heterogeneity" and "--fused-quant" in argv
+    assert argv[argv.index("--out") + 1] == "results/mini-heterogeneity/runs/{cell}/seed1234"

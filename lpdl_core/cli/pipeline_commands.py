@@ -214,8 +214,23 @@ def _cmd_plan(a: argparse.Namespace) -> int:
         print(line)
     for k, v in (times.provenance or {}).items():
         print(f"  {k}: {v}")
+    out = bill.as_dict()
+    if cfg.get("extensions"):  # each extension grid's bill, apart (one results folder, the config's mode)
+        from ..pipeline.grids import load_grid
+
+        out["grids"] = {}
+        for name in dict.fromkeys(cfg["extensions"]):
+            grid = load_grid(name, root)
+            gb = price(grid.cells, times, executor=kind, cells_per_job=cfg.get("cells_per_job"),
+                       margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=len(cfg["seeds"]),
+                       pack_size=cfg.get("pack_size", 4))
+            print(f"lpdl plan: extension grid {name}: {len(grid.cells)} cells x {len(cfg['seeds'])} seed(s), "
+                  f"into results/{cfg['profile']}-{name}/")
+            for line in gb.lines():
+                print(line)
+            out["grids"][name] = gb.as_dict()
     if a.out:
-        write_atomic(a.out, json.dumps(bill.as_dict(), indent=1, sort_keys=True) + "\n")
+        write_atomic(a.out, json.dumps(out, indent=1, sort_keys=True) + "\n")
     return 0
 
 
@@ -234,6 +249,15 @@ def _cmd_status(a: argparse.Namespace) -> int:
         for line in st.lines(limit=None if a.all else 20):
             print(line)
         current &= st.current
+    if cfg.get("extensions"):  # each extension grid's folder, in the config's mode
+        from ..pipeline.grids import load_grid
+
+        for grid in dict.fromkeys(cfg["extensions"]):
+            st = folder_status(load_grid(grid, root).cells, root / "results" / f"{main[0]}-{grid}",
+                               profile=cfg["profile"], seeds=cfg["seeds"], fidelity=main[1])
+            for line in st.lines(limit=None if a.all else 20):
+                print(line)
+            current &= st.current
     if not current:
         log.info("status: not everything is current; `snakemake` (with the same --configfile/--config) "
                  "brings it up to date")

@@ -112,8 +112,9 @@ def paper_pivot(summary: pd.DataFrame, cells: Iterable[Cell], table: str) -> pd.
 
 
 def write_aggregate(results_dir: str | Path, cells: Iterable[Cell], *, profile: str, tables: Iterable[str],
-                    seeds=None, fidelity=None, warn=None) -> dict[str, Path]:
-    """Read every run of `cells` once and write runs.csv, curves.csv and each table's two CSVs.
+                    seeds=None, fidelity=None, warn=None, paper_shape: bool = True) -> dict[str, Path]:
+    """Read every run of `cells` once and write runs.csv, curves.csv and each table's two CSVs
+    (paper_shape False: the tidy one only, for an extension grid, which has no paper layout).
     A damaged run is a marked row (status damaged, its reason in `problem`), reported to `warn`
     in one line: it never stops the other cells' tables."""
     results_dir = Path(results_dir)
@@ -125,6 +126,8 @@ def write_aggregate(results_dir: str | Path, cells: Iterable[Cell], *, profile: 
     for table in dict.fromkeys(c.table for c in cells):
         rows = summary[summary["table"] == table]
         written[table] = write_frame(rows, results_dir / "tables" / f"{table}.csv")
+        if not paper_shape:
+            continue
         written[f"{table}-paper"] = write_frame(paper_pivot(rows, cells, table),
                                                 results_dir / "tables" / f"{table}-paper.csv", index=True)
     return written

@@ -57,6 +57,8 @@ class Grid:
 def grid_path(name: str, root: str | Path = ".") -> Path:
     if not GRID_NAME.fullmatch(name) or name in TABLES or name.startswith("table"):
         raise ConfigError(f"grid name {name!r}: lower-case words joined by '-', not a paper table's name")
+    if name.split("-")[0] == "official":  # results/<profile>-<grid> would be the official mode's folder
+        raise ConfigError(f"grid name {name!r}: 'official' is the official code mode's folder suffix")
     return Path(root) / EXTENSIONS_DIR / f"{name}.yaml"
 
 

@@ -62,17 +62,21 @@ def prefetch_before_training(*, profile: str, request: Mapping, manifest: str | 
 
 
 def check_results_current(cells: Iterable, *, profile: str, seeds: Iterable[int], modes: Mapping[str, Fidelity],
-                          report_results: str, report_dir: str | Path, tables: Iterable[str]) -> None:
+                          report_results: str, report_dir: str | Path, tables: Iterable[str],
+                          grids: Mapping[str, Iterable] | None = None) -> None:
     """After the default target is built: runs.csv of every results folder holds exactly the run
     files the config names, and the report (shown from `report_results`) is newer than runs.csv
     and the tables. Otherwise the problems, one line each, then one error line and SystemExit(1):
     "100% done" never stands beside a report that does not match the files and the config.
     Damaged runs (and runs of other settings put there by hand), which the report marks as such,
-    are named one line each without failing."""
+    are named one line each without failing. grids: each extension grid's results folder name ->
+    its cells (in the report's fidelity mode), held to the same standard."""
     cells, seeds, tables = list(cells), list(seeds), list(tables)
     folders = [folder_status(cells, Path("results") / name, profile=profile, seeds=seeds, fidelity=fid,
                              report_dir=report_dir if name == report_results else None, tables=tables)
                for name, fid in modes.items()]
+    folders += [folder_status(list(grid_cells), Path("results") / name, profile=profile, seeds=seeds,
+                              fidelity=modes[report_results]) for name, grid_cells in (grids or {}).items()]
     for st in folders:
         if not st.current:
             for line in st.lines(limit=10):

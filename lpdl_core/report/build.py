@@ -67,13 +67,17 @@ def pdf_status(ok: bool, why: str) -> str:
 
 def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
                  paper_dir: str | Path | None = None, tables=None, pdf: bool = True,
-                 log: Callable[[str], None] | None = None, compare_dir: str | Path | None = None) -> dict:
+                 log: Callable[[str], None] | None = None, compare_dir: str | Path | None = None,
+                 grid_dirs: list[str | Path] = ()) -> dict:
     """Write the report for results_dir (results/{profile}, holding runs.csv, curves.csv,
     tables/*.csv, cost.json, partitions.csv); returns what was written and the claims.
     compare_dir: another results folder of the same profile in the other fidelity mode (its
-    runs.csv and tables/*.csv), shown side by side ("Paper text vs official code")."""
+    runs.csv and tables/*.csv), shown side by side ("Paper text vs official code"). grid_dirs:
+    extension grids' results folders (runs.csv, grid.json), one section each (report.grids)."""
     from .html import render_html
     from .latex import build_pdf, write_latex
+    from .figures_style import MINI_NOTE
+    from .grids import grid_section
     from .merge import merge_view
     from .modes_view import modes_view
     from .tables import paper_tables
@@ -94,12 +98,18 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     modes = modes_view(data)
     if modes is not None:
         log(f"modes: {modes.title} ({compare_dir}): {modes.sentence}")
+    grids = [grid_section(d) for d in grid_dirs]
+    for g in grids:
+        log(f"grid {g.spec.name}: {g.finished} of {g.cells} cells finished, {len(g.effects)} effects")
+    figs += [g.figure for g in grids if g.figure is not None]
+    note = MINI_NOTE if data.profile == "mini" else ""
+    grids_part = (grids, note) if grids else None
     merge = merge_view(data.runs, data.profile)
     log(f"merge: {merge.counted} runs with the accuracy before the final rounds, over {len(merge.tables)} tables")
-    written = write_latex(out, header, ptables, claims, figs, effects, modes, merge)
+    written = write_latex(out, header, ptables, claims, figs, effects, modes, merge, grids_part)
     ok, why = build_pdf(out) if pdf else (False, "PDF disabled (pdf=False)")
     header = replace(header, facts=header.facts + (("PDF", pdf_status(ok, why)),))
-    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects, modes, merge))
+    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects, modes, merge, grids_part))
     claims_path = write_json(out / "claims.json", [asdict(c) for c in claims])
     for c in claims:
         log(f"claim {c.number}: {c.verdict}: {c.evidence}")

@@ -15,6 +15,7 @@ import base64
 
 from .effects_view import effects_html
 from .merge import MergeView
+from .grids_view import grids_html
 from .merge_view import merge_html
 from .modes_view import ModesView, modes_html
 from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable
@@ -27,11 +28,12 @@ VERDICT_CLASS = {"holds": "v-holds", "does not hold": "v-fails", "within noise":
 
 def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
                 figures: list[Figure], effects: list | None = None, modes: ModesView | None = None,
-                merge: MergeView | None = None) -> str:
+                merge: MergeView | None = None, grids: tuple | None = None) -> str:
     """The whole report as one self-contained HTML5 document. effects: the mini profile's
     effects view (report.effects.EffectRow rows), shown before the tables; modes: the paper text
     beside the official code (report.modes_view), shown before the tables when given; merge: the
-    merge step (report.merge), shown before the tables when given."""
+    merge step (report.merge), shown before the tables when given; grids: (the extension grids'
+    sections, the profile note) (report.grids_view), shown before the tables when given."""
     titles = {t.name: heading(t.name, t.title) for t in tables}
     page = html_env().get_template("report.html.j2").render(
         header=header, claims=list(claims), verdict_class=VERDICT_CLASS,
@@ -40,6 +42,7 @@ def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
         modes_title=modes.title if modes is not None else "",
         merge=Markup(merge_html(merge)) if merge is not None else None,
         merge_title=merge.title if merge is not None else "",
+        grids=Markup(grids_html(*grids)) if grids is not None else None,
         tables=[(t, Markup(html_table(t))) for t in tables],
         figures=[(f, base64.b64encode(f.png).decode("ascii")) for f in figures],
         bands=DELTA_BANDS, margin=LEARNED_MARGIN)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .effects_view import effects_tex
 from .merge import MergeView
+from .grids_view import grids_tex
 from .merge_view import merge_tex
 from .modes_view import ModesView, modes_tex
 from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable
@@ -61,7 +62,7 @@ def table_tex(t: PaperTable) -> str:
 
 def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
                figures: list[Figure], figure_files: dict[str, str], effects: list | None = None,
-               modes: ModesView | None = None, merge: MergeView | None = None) -> str:
+               modes: ModesView | None = None, merge: MergeView | None = None, grids: tuple | None = None) -> str:
     """A complete article that inputs tables/<name>.tex and includes figure_files[name]; modes:
     the paper text beside the official code (report.modes_view), merge: the merge step
     (report.merge_view), each before the tables when given."""
@@ -74,12 +75,13 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
         effects=Tex(effects_tex(effects, tex_escape, titles)) if effects is not None else None,
         modes=Tex(modes_tex(modes)) if modes is not None else None,
         merge=Tex(merge_tex(merge)) if merge is not None else None,
+        grids=Tex(grids_tex(*grids)) if grids is not None else None,
         tables=[dict(file=Tex(f"{_safe_name(t.name)}.tex")) for t in tables], figures=figs)
 
 
 def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims: list[Claim],
                 figures: list[Figure], effects: list | None = None, modes: ModesView | None = None,
-                merge: MergeView | None = None) -> dict:
+                merge: MergeView | None = None, grids: tuple | None = None) -> dict:
     """Write tables/*.tex, figures/*.pdf|png and report.tex under out_dir.
 
     Returns {"report": Path, "tables": {name: Path}, "figures": {name: Path}}."""
@@ -99,7 +101,7 @@ def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims:
         figure_files[f.name] = rel
         written["figures"][f.name] = out_dir / rel
     report = out_dir / "report.tex"
-    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes, merge), encoding="utf-8")
+    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes, merge, grids), encoding="utf-8")
     written["report"] = report
     return written
 

@@ -20,6 +20,32 @@ rule aggregate:
         "../scripts/aggregate.py"
 
 
+# An extension grid's runs -> results/<profile>-<grid>/runs.csv, curves.csv and tables/<grid>.csv
+# (one row per cell; lpdl_core.pipeline.aggregate), as for a paper table. One rule per grid.
+for _results, _grid in GRID_RESULTS.items():
+
+    rule:
+        name:
+            f"aggregate_{_grid.replace('-', '_')}"
+        input:
+            run_files(results=_results),
+        output:
+            runs=f"results/{_results}/runs.csv",
+            curves=f"results/{_results}/curves.csv",
+            table=f"results/{_results}/tables/{_grid}.csv",
+            grid=f"results/{_results}/grid.json",
+        log:
+            f"results/{_results}/logs/aggregate.log",
+        localrule: True
+        conda:
+            "../envs/aggregate.yaml"
+        params:
+            fidelity=FIDELITY_OF[_results].as_dict(),
+            grid=_grid,
+        script:
+            "../scripts/aggregate.py"
+
+
 rule cost:
     """Figure 3's numbers: the analytic compute and memory cost model of ResNet-20, counted on the
     real model, a few seconds on a CPU. A local rule (no GPU job): peak CUDA memory is measured too

@@ -55,6 +55,7 @@ config.clear()
 config.update(_cfg)
 
 from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
+from lpdl_core.pipeline.grids import load_grid  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
@@ -77,10 +78,29 @@ except LpdlError as e:
     _fail(e)
 CELL_BY_ID = {c.cell_id: c for c in CELLS}
 JOBS = plan_jobs(CELLS, PROFILE, config.get("cells_per_job"))
+# Extension grids (config/extensions/<name>.yaml, `extensions` in the config): their cells (ids
+# prefixed by the grid's name) run by the same rules into results/<profile>-<name>/.
+try:
+    GRIDS = {name: load_grid(name) for name in dict.fromkeys(config["extensions"])}
+except LpdlError as e:
+    _fail(e)
+GRID_CELLS = [c for g in GRIDS.values() for c in g.cells]
+CELL_BY_ID.update({c.cell_id: c for c in GRID_CELLS})
+GRID_JOBS = {
+    name: plan_jobs(g.cells, PROFILE, config.get("cells_per_job"))
+    for name, g in GRIDS.items()
+}
 # results/{results}: the profile's folder in this fidelity mode (results/mini, results/mini-official);
 # with compare_modes, the other mode's folder too, so the report shows both side by side
 RESULTS = results_name(PROFILE, FIDELITY)
 MODES = modes(config)
+# each grid's folder (the config's fidelity mode) -> its name
+GRID_RESULTS = {f"{RESULTS}-{name}": name for name in GRIDS}
+FIDELITY_OF = {**MODES, **{r: MODES[RESULTS] for r in GRID_RESULTS}}
+CELLS_IN = {
+    **{r: CELLS for r in MODES},
+    **{r: GRIDS[n].cells for r, n in GRID_RESULTS.items()},
+}
 COMPARE = next((r for r in MODES if r != RESULTS), None)
 RUN_DIR = "results/{results}/runs/{cell}/seed{seed}"
 
@@ -90,7 +110,7 @@ RUN_DIR = "results/{results}/runs/{cell}/seed{seed}"
 
 def fidelity_json(wildcards) -> str:
     """The mode's fidelity as typed JSON for the train command (no re-parsing of strings)."""
-    return json.dumps(MODES[wildcards.results].as_dict(), sort_keys=True)
+    return json.dumps(FIDELITY_OF[wildcards.results].as_dict(), sort_keys=True)
 
 
 wildcard_constraints:
@@ -102,11 +122,13 @@ wildcard_constraints:
 
 def run_files(wildcards=None, *, results=None):
     """What the aggregate step reads: every cell's metrics.json and curve.csv, every seed (of the
-    mode's folder `results`, or the job's wildcard)."""
+    folder `results`, or the job's wildcard: a mode's paper cells, or a grid's cells).
+    """
+    results = results or wildcards.results
     return expand(
         f"{RUN_DIR}/{{name}}",
-        results=results or wildcards.results,
-        cell=[c.cell_id for c in CELLS],
+        results=results,
+        cell=[c.cell_id for c in CELLS_IN[results]],
         seed=config["seeds"],
         name=("metrics.json", "curve.csv"),
     )
@@ -130,7 +152,7 @@ def job_identity(job, wildcards):
             CELL_BY_ID[c],
             profile=PROFILE,
             seed=int(wildcards.seed),
-            fidelity=MODES[wildcards.results],
+            fidelity=FIDELITY_OF[wildcards.results],
         )
         for c in job.cells
     ]
@@ -155,7 +177,7 @@ try:
     )
     JOB_RESOURCES = {
         j.name: PLANNER.resources([CELL_BY_ID[c] for c in j.cells], j.name)
-        for j in JOBS
+        for j in [*JOBS, *(j for jobs in GRID_JOBS.values() for j in jobs)]
     }
 except LpdlError as e:
     _fail(e)

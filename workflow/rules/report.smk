@@ -6,6 +6,12 @@ REPORT_INPUTS = dict(
     cost=f"results/{RESULTS}/cost.json",
     partitions=f"results/{RESULTS}/partitions.csv",
     paper=PAPER_CSVS,
+    # extension grids: each grid's runs and description (one report section each)
+    grids=[
+        f"results/{r}/{name}"
+        for r in GRID_RESULTS
+        for name in ("runs.csv", "grid.json")
+    ],
     # compare_modes: the other fidelity mode's results, shown side by side
     compare=(
         [f"results/{COMPARE}/runs.csv", *expand(TABLE_FILES, results=COMPARE)]

@@ -15,7 +15,12 @@
 # preempted job); a finished copy in .kept/ survives Snakemake's deletion of a failed job's
 # outputs, so a rerun restores finished cells instead of recomputing them.
 
-for _job in JOBS:
+# The paper's jobs write into the mode folders ({results}: results/mini, results/mini-official);
+# an extension grid's jobs into the grid's folder only (results/mini-<grid>), their cells found by
+# `lpdl train --grid <grid>`.
+for _grid, _job in [("", j) for j in JOBS] + [
+    (g, j) for g, jobs in GRID_JOBS.items() for j in jobs
+]:
 
     rule:
         name:
@@ -31,6 +36,12 @@ for _job in JOBS:
             f"results/{{results}}/logs/train/{_job.name}/seed{{seed}}.log",
         benchmark:
             f"results/{{results}}/benchmarks/train/{_job.name}/seed{{seed}}.tsv"
+        wildcard_constraints:
+            results=(
+                re.escape(f"{RESULTS}-{_grid}")
+                if _grid
+                else "|".join(re.escape(r) for r in MODES)
+            ),
         priority: job_priority(_job)
         conda:
             "../envs/train.yaml"
@@ -45,6 +56,7 @@ for _job in JOBS:
             # shell: is evaluated when the job runs, after this loop has ended: everything
             # job-specific must reach it through params, bound now
             cells=list(_job.cells),
+            grid=_grid,
             fidelity=fidelity_json,
         script:
             "../scripts/train.py"

@@ -16,7 +16,8 @@ with open(sm.log[0], "w") as log:
     try:
         build_report(Path(sm.input.runs).parent, Path(sm.output.html).parent, paper_dir=cfg["paper_dir"],
                      tables=cfg["tables"], log=say,
-                     compare_dir=Path(sm.input.compare[0]).parent if sm.input.compare else None)
+                     compare_dir=Path(sm.input.compare[0]).parent if sm.input.compare else None,
+                     grid_dirs=[Path(p).parent for p in sm.input.grids if p.endswith("grid.json")])
     except LpdlError as e:
         line = f"lpdl report: error: {e}"
         say(line)

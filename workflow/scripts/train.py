@@ -14,6 +14,7 @@ import sys
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
+        *(("--grid", sm.params.grid) if getattr(sm.params, "grid", "") else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
         *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--device", cfg["device"], "--executor", cfg["executor"],
         *(("--compile", "--compile-mode", cfg.get("compile_mode", "auto")) if cfg.get("compile") else ()),

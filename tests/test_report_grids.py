@@ -1,0 +1,72 @@
+"""An extension grid's report section (lpdl_core.report.grids, grids_view): effects per varying
+axis against the axis's first value, verdicts, the accuracy-versus-bytes figure, and its files."""
+import json
+
+import pandas as pd
+import pytest
+
+from lpdl_core.errors import CorruptFile
+from lpdl_core.report.grids import GridSpec, bytes_figure, grid_effects, grid_section, load_spec
+from lpdl_core.report.grids_view import grids_html, grids_tex
+
+SPEC = GridSpec(name="g", description="two methods in two precisions",
+                axes={"method": ["A", "B"], "precision": ["fp32", "int8"], "graph": ["ring"]},
+                labels={f"g-{m}-{p}": {"method": m, "precision": p, "graph": "ring"}
+                        for m in "AB" for p in ("fp32", "int8")})
+
+
+def _runs(acc: dict, status=None) -> pd.DataFrame:
+    """acc: (cell suffix, seed) -> accuracy; 10 classes (chance 10 %)."""
+    return pd.DataFrame([{"cell_id": f"g-{c}", "seed": s, "status": (status or {}).get((c, s), "ok"),
+                          "mean_acc": a, "num_classes": 10, "mb_per_node": 1.0 + len(c)} for (c, s), a in acc.items()])
+
+
+def test_effects_compare_each_value_with_the_axis_first_over_matching_pairs():
+    acc = {("A-fp32", 1): 80.0, ("B-fp32", 1): 84.0, ("A-int8", 1): 70.0, ("B-int8", 1): 76.0,
+           ("A-fp32", 2): 82.0, ("B-fp32", 2): 85.0, ("A-int8", 2): 71.0, ("B-int8", 2): 78.0}
+    rows = {r.axis: r for r in grid_effects(SPEC, _runs(acc))}
+    assert set(rows) == {"method", "precision"}  # graph has one value: nothing to compare
+    m = rows["method"]  # B − A: seed 1 (4 + 6)/2 = 5, seed 2 (3 + 7)/2 = 5
+    assert (m.compared, m.pairs, m.seeds, m.effect, m.spread, m.verdict) == ("B − A", 2, 2, 5.0, 0.0, "higher")
+    p = rows["precision"]  # int8 − fp32: seed 1 (−10 − 8)/2 = −9, seed 2 (−11 − 7)/2 = −9
+    assert (p.compared, p.effect, p.verdict) == ("int8 − fp32", -9.0, "lower")
+
+
+@pytest.mark.parametrize("acc,status,verdict", [
+    # seed spread (|5 − (−5)|: stdev 7.07) larger than the effect (0): within noise
+    ({("A-fp32", 1): 80, ("B-fp32", 1): 85, ("A-fp32", 2): 80, ("B-fp32", 2): 75}, None, "within noise"),
+    ({("A-fp32", 1): 80, ("B-fp32", 1): 80.01}, None, "no sign"),                  # under SIGN_EPS
+    ({("A-fp32", 1): 80, ("B-fp32", 1): 12}, None, "not learned"),                 # B at chance + 2
+    ({("A-fp32", 1): 80, ("B-fp32", 1): 90}, {("B-fp32", 1): "diverged"}, "missing"),
+])
+def test_effect_verdicts(acc, status, verdict):
+    rows = {r.axis: r for r in grid_effects(SPEC, _runs(acc, status))}
+    assert rows["method"].verdict == verdict
+
+
+def test_the_figure_and_the_section_from_the_grids_files(tmp_path):
+    acc = {("A-fp32", 1): 80.0, ("B-fp32", 1): 84.0, ("A-int8", 1): 70.0}
+    assert bytes_figure(SPEC, _runs(acc, {k: "diverged" for k in acc})) is None
+    fig = bytes_figure(SPEC, _runs(acc))
+    assert fig.png.startswith(b"\x89PNG") and fig.pdf.startswith(b"%PDF") and fig.name == "grid-g-accuracy-bytes"
+    (tmp_path / "grid.json").write_text(json.dumps({"name": SPEC.name, "description": SPEC.description,
+                                                    "axes": SPEC.axes, "labels": SPEC.labels}))
+    _runs(acc).to_csv(tmp_path / "runs.csv", index=False)
+    s = grid_section(tmp_path)
+    assert (s.cells, s.finished) == (4, 3) and s.figure is not None
+    html, tex = grids_html([s], "Mini profile"), grids_tex([s], "Mini profile")
+    assert "Grid g" in html and "B − A" in html and "3 of 4 cells finished" in html
+    assert "Grid g" in tex and r"\begin{longtable}" in tex and "−" not in tex  # escaped for pdflatex
+    (tmp_path / "grid.json").write_text("{not json")
+    with pytest.raises(CorruptFile, match="grid.json: not a grid description"):
+        load_spec(tmp_path / "grid.json")
+
+
+def test_grid_json_round_trips_a_loaded_grid():
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.report.grids import spec_dict
+
+    g = load_grid("heterogeneity")
+    spec = GridSpec(**{k: v for k, v in spec_dict(g).items()})
+    assert spec.varying() == g.varying() and spec.labels == g.labels
+    assert [r.axis for r in grid_effects(spec, _runs({}))][:1] == ["method"]
