@@ -295,12 +295,27 @@ def test_the_train_script_names_the_grid_of_a_grid_job(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "environ", dict(os.environ))
     monkeypatch.setattr(os, "execv", lambda exe, argv: calls.update(argv=argv))
     monkeypatch.setattr(os, "dup2", lambda a, b: None)
-    sm = SimpleNamespace(config={"profile": "mini", "paper_dir": None, "device": "cpu", "executor": "loop",
-                                 "data_root": None, "fused_quant": True},
-                         wildcards=SimpleNamespace(seed="1234", results="mini-heterogeneity"), threads=1,
-                         params=SimpleNamespace(cells=["heterogeneity-x"], fidelity="{}", grid="heterogeneity"),
-                         log=[str(tmp_path / "job.log")])
-    runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
-    argv = calls["argv"]
+    def run(results, cells):
+        sm = SimpleNamespace(config={"profile": "mini", "paper_dir": None, "device": "cpu", "executor": "loop",
+                                     "data_root": None, "fused_quant": True, "extensions": ["heterogeneity"]},
+                             wildcards=SimpleNamespace(seed="1234", results=results), threads=1,
+                             params=SimpleNamespace(cells=cells, fidelity="{}"), log=[str(tmp_path / "job.log")])
+        runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
+        return calls["argv"]
+
+    argv = run("mini-heterogeneity", ["heterogeneity-x"])
     assert argv[argv.index("--grid") + 1] == "heterogeneity" and "--fused-quant" in argv
     assert argv[argv.index("--out") + 1] == "results/mini-heterogeneity/runs/{cell}/seed1234"
+    official = run("mini-official-heterogeneity", ["h"])
+    assert official[official.index("--grid") + 1] == "heterogeneity"
+    assert "--grid" not in run("mini", ["t3-x"]) and "--grid" not in run("mini-official", ["t3-x"])
+
+
+def test_the_train_rules_params_are_only_what_defines_the_runs():
+    """Snakemake reruns a job whose params changed (rerun-triggers: params): a param added to the
+    train rules would rerun every finished cell after an upgrade. So they stay the identity, the
+    cells and the fidelity; how a job runs (a grid's name included) comes from the config."""
+    text = (ROOT / "workflow/rules/train.smk").read_text()
+    block = text[text.index("        params:"):text.index("        script:")]
+    keys = re.findall(r"^            (\w+)=", block, flags=re.M)
+    assert keys == ["identity", "cells", "fidelity"], keys

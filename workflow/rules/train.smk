@@ -56,7 +56,6 @@ for _grid, _job in [("", j) for j in JOBS] + [
             # shell: is evaluated when the job runs, after this loop has ended: everything
             # job-specific must reach it through params, bound now
             cells=list(_job.cells),
-            grid=_grid,
             fidelity=fidelity_json,
         script:
             "../scripts/train.py"

@@ -13,8 +13,12 @@ import sys
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
+# An extension grid's job writes into its grid's folder, <profile>[-official]-<grid> (common.smk);
+# the grid is found from that, not from a param, so adding grids never changes the paper jobs'
+# params (a params change would rerun every finished cell).
+grid = next((g for g in cfg.get("extensions") or () if results in (f"{cfg['profile']}-{g}", f"{cfg['profile']}-official-{g}")), "")
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
-        *(("--grid", sm.params.grid) if getattr(sm.params, "grid", "") else ()),
+        *(("--grid", grid) if grid else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
         *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--device", cfg["device"], "--executor", cfg["executor"],
         *(("--compile", "--compile-mode", cfg.get("compile_mode", "auto")) if cfg.get("compile") else ()),
