@@ -216,16 +216,16 @@ def _cmd_plan(a: argparse.Namespace) -> int:
         print(f"  {k}: {v}")
     out = bill.as_dict()
     if cfg.get("extensions"):  # each extension grid's bill, apart (one results folder, the config's mode)
-        from ..pipeline.grids import load_grid
+        from ..pipeline.grids import grid_folder, load_grid
 
-        out["grids"] = {}
+        out["grids"], main_folder = {}, next(iter(modes(cfg)))
         for name in dict.fromkeys(cfg["extensions"]):
             grid = load_grid(name, root)
             gb = price(grid.cells, times, executor=kind, cells_per_job=cfg.get("cells_per_job"),
                        margin=cfg["runtime_margin"], max_minutes=cfg["max_runtime"], copies=len(cfg["seeds"]),
                        pack_size=cfg.get("pack_size", 4))
             print(f"lpdl plan: extension grid {name}: {len(grid.cells)} cells x {len(cfg['seeds'])} seed(s), "
-                  f"into results/{cfg['profile']}-{name}/")
+                  f"into results/{grid_folder(main_folder, name)}/")
             for line in gb.lines():
                 print(line)
             out["grids"][name] = gb.as_dict()
@@ -250,10 +250,10 @@ def _cmd_status(a: argparse.Namespace) -> int:
             print(line)
         current &= st.current
     if cfg.get("extensions"):  # each extension grid's folder, in the config's mode
-        from ..pipeline.grids import load_grid
+        from ..pipeline.grids import grid_folder, load_grid
 
         for grid in dict.fromkeys(cfg["extensions"]):
-            st = folder_status(load_grid(grid, root).cells, root / "results" / f"{main[0]}-{grid}",
+            st = folder_status(load_grid(grid, root).cells, root / "results" / grid_folder(main[0], grid),
                                profile=cfg["profile"], seeds=cfg["seeds"], fidelity=main[1])
             for line in st.lines(limit=None if a.all else 20):
                 print(line)

@@ -62,6 +62,20 @@ def grid_path(name: str, root: str | Path = ".") -> Path:
     return Path(root) / EXTENSIONS_DIR / f"{name}.yaml"
 
 
+def grid_folder(mode_folder: str, name: str) -> str:
+    """The results folder of grid `name` run in the mode whose folder is mode_folder
+    (results/<profile>[-official]-<name>)."""
+    return f"{mode_folder}-{name}"
+
+
+def grid_of_folder(folder: str, profile: str, names) -> str:
+    """The grid among `names` whose folder (in either fidelity mode) `folder` is, or ""."""
+    from ..config import Fidelity, results_name
+
+    modes = [results_name(profile, Fidelity.preset(m)) for m in ("paper", "official")]
+    return next((g for g in names if folder in (grid_folder(m, g) for m in modes)), "")
+
+
 def available(root: str | Path = ".") -> list[str]:
     folder = Path(root) / EXTENSIONS_DIR
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []

@@ -166,7 +166,7 @@ class _MeasureSTE(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        pass
+        """Nothing to keep: the backward is the identity."""
 
     @staticmethod
     def backward(ctx, grad):
@@ -182,7 +182,7 @@ class _OwnRangeSTE(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        pass
+        """Nothing to keep: the backward is the identity."""
 
     @staticmethod
     def backward(ctx, grad):

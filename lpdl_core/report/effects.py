@@ -108,16 +108,27 @@ def _pairs(cells: list, effect: Effect) -> dict[tuple[str, str, str], list[tuple
     return out
 
 
-def _verdict(paper: float | None, values: list[float]) -> str:
-    """Sign agreement of the per-seed effects with the paper's; noise first. An effect under
-    SIGN_EPS has no sign (identical runs give exactly 0 +- 0)."""
+def seed_sign(values: list[float]) -> str | int:
+    """The direction of per-seed effects: "within noise" (their spread is at least their mean,
+    and at least SIGN_EPS), "no sign" (the mean is under SIGN_EPS: identical runs give exactly
+    0 +- 0), else the mean's sign, +1 or -1. Shared with the extension grids' effects."""
     mean = statistics.fmean(values)
     spread = statistics.stdev(values) if len(values) > 1 else 0.0
     if spread >= max(abs(mean), SIGN_EPS):
         return "within noise"
-    if paper is None or abs(paper) < SIGN_EPS or abs(mean) < SIGN_EPS:
+    if abs(mean) < SIGN_EPS:
         return "no sign"
-    return "same sign" if (paper > 0) == (mean > 0) else "opposite sign"
+    return 1 if mean > 0 else -1
+
+
+def _verdict(paper: float | None, values: list[float]) -> str:
+    """Sign agreement of the per-seed effects with the paper's; noise first (seed_sign)."""
+    sign = seed_sign(values)
+    if isinstance(sign, str):
+        return sign
+    if paper is None or abs(paper) < SIGN_EPS:
+        return "no sign"
+    return "same sign" if (paper > 0) == (sign > 0) else "opposite sign"
 
 
 def _paper_effect(pairs: list) -> float | None:
@@ -126,17 +137,18 @@ def _paper_effect(pairs: list) -> float | None:
     return statistics.fmean(d) if d else None
 
 
-def _seed_effects(pairs: list, acc: Mapping, seeds: list[int], num_classes: Mapping) -> tuple[list[float], list, bool]:
+def seed_effects(pairs: list, acc: Mapping, seeds: list[int], num_classes: Mapping,
+                 key: Callable[[object], str] = lambda c: c.cell_id) -> tuple[list[float], list, bool]:
     """(effect per seed over its learned pairs, the pairs used in any seed, whether any pair had
-    results at all)."""
+    results at all). key: a pair member's cell id (the members are cells, or ids with key=str)."""
     per_seed, used, with_results = [], [], False
     for s in seeds:
-        both = [(a, b) for a, b in pairs if (a.cell_id, s) in acc and (b.cell_id, s) in acc]
+        both = [(a, b) for a, b in pairs if (key(a), s) in acc and (key(b), s) in acc]
         with_results |= bool(both)
-        ok = [(a, b) for a, b in both if learned(acc[a.cell_id, s], num_classes.get(a.cell_id))
-              and learned(acc[b.cell_id, s], num_classes.get(b.cell_id))]
+        ok = [(a, b) for a, b in both if learned(acc[key(a), s], num_classes.get(key(a)))
+              and learned(acc[key(b), s], num_classes.get(key(b)))]
         if ok:
-            per_seed.append(statistics.fmean(acc[a.cell_id, s] - acc[b.cell_id, s] for a, b in ok))
+            per_seed.append(statistics.fmean(acc[key(a), s] - acc[key(b), s] for a, b in ok))
             used += [p for p in ok if p not in used]
     return per_seed, used, with_results
 
@@ -154,7 +166,7 @@ def block_effects(cells: Iterable, acc: Mapping[tuple[str, int], float], seeds: 
     rows = []
     for effect in EFFECTS:
         for (table, block_a, block_b), pairs in _pairs(cells, effect).items():
-            per_seed, used, with_results = _seed_effects(pairs, acc, seeds, num_classes)
+            per_seed, used, with_results = seed_effects(pairs, acc, seeds, num_classes)
             paper = _paper_effect(used or pairs)
             if per_seed:
                 verdict, mean = _verdict(paper, per_seed), statistics.fmean(per_seed)

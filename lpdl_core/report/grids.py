@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import CorruptFile
-from .effects import SIGN_EPS, learned
+from .effects import seed_effects, seed_sign
 from .model import Figure
 
 GRID_FILE = "grid.json"
@@ -90,13 +90,8 @@ def _acc(runs: pd.DataFrame) -> tuple[dict[tuple[str, int], float], dict[str, in
 
 
 def _verdict(values: list[float]) -> str:
-    mean = statistics.fmean(values)
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    if spread >= max(abs(mean), SIGN_EPS):
-        return "within noise"
-    if abs(mean) < SIGN_EPS:
-        return "no sign"
-    return "higher" if mean > 0 else "lower"
+    sign = seed_sign(values)
+    return sign if isinstance(sign, str) else ("higher" if sign > 0 else "lower")
 
 
 def grid_effects(spec: GridSpec, runs: pd.DataFrame) -> list[GridEffectRow]:
@@ -112,15 +107,7 @@ def grid_effects(spec: GridSpec, runs: pd.DataFrame) -> list[GridEffectRow]:
             by_rest.setdefault(rest, {})[labels[axis]] = cid
         for v in spec.axes[axis][1:]:
             pairs = [(g[v], g[base]) for g in by_rest.values() if v in g and base in g]
-            per_seed, used, with_results = [], set(), False
-            for s in seeds:
-                both = [(a, b) for a, b in pairs if (a, s) in acc and (b, s) in acc]
-                with_results |= bool(both)
-                ok = [(a, b) for a, b in both
-                      if learned(acc[a, s], classes.get(a)) and learned(acc[b, s], classes.get(b))]
-                if ok:
-                    per_seed.append(statistics.fmean(acc[a, s] - acc[b, s] for a, b in ok))
-                    used |= set(ok)
+            per_seed, used, with_results = seed_effects(pairs, acc, seeds, classes, key=str)
             if per_seed:
                 verdict, effect = _verdict(per_seed), statistics.fmean(per_seed)
                 spread = statistics.stdev(per_seed) if len(per_seed) > 1 else None

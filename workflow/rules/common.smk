@@ -55,7 +55,7 @@ config.clear()
 config.update(_cfg)
 
 from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
-from lpdl_core.pipeline.grids import load_grid  # noqa: E402
+from lpdl_core.pipeline.grids import grid_folder, load_grid  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
@@ -95,7 +95,7 @@ GRID_JOBS = {
 RESULTS = results_name(PROFILE, FIDELITY)
 MODES = modes(config)
 # each grid's folder (the config's fidelity mode) -> its name
-GRID_RESULTS = {f"{RESULTS}-{name}": name for name in GRIDS}
+GRID_RESULTS = {grid_folder(RESULTS, name): name for name in GRIDS}
 FIDELITY_OF = {**MODES, **{r: MODES[RESULTS] for r in GRID_RESULTS}}
 CELLS_IN = {
     **{r: CELLS for r in MODES},

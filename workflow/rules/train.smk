@@ -38,7 +38,7 @@ for _grid, _job in [("", j) for j in JOBS] + [
             f"results/{{results}}/benchmarks/train/{_job.name}/seed{{seed}}.tsv"
         wildcard_constraints:
             results=(
-                re.escape(f"{RESULTS}-{_grid}")
+                re.escape(grid_folder(RESULTS, _grid))
                 if _grid
                 else "|".join(re.escape(r) for r in MODES)
             ),

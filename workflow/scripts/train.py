@@ -11,12 +11,14 @@ weights beforehand."""
 import os
 import sys
 
+from lpdl_core.pipeline.grids import grid_of_folder
+
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
-# An extension grid's job writes into its grid's folder, <profile>[-official]-<grid> (common.smk);
+# An extension grid's job writes into its grid's folder (lpdl_core.pipeline.grids.grid_folder);
 # the grid is found from that, not from a param, so adding grids never changes the paper jobs'
 # params (a params change would rerun every finished cell).
-grid = next((g for g in cfg.get("extensions") or () if results in (f"{cfg['profile']}-{g}", f"{cfg['profile']}-official-{g}")), "")
+grid = grid_of_folder(results, cfg["profile"], cfg.get("extensions") or ())
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
         *(("--grid", grid) if grid else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
