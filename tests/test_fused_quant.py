@@ -64,7 +64,8 @@ def test_measured_quant_is_quant_measures_forward_and_running_update():
         lo = x[i].amin((1, 2, 3)).mean()
         hi = x[i].amax((1, 2, 3)).mean()
         _agree(f[i], e, (hi - lo) / 255, x[i].abs().max())
-        assert torch.allclose(rmin[i], emin, rtol=0, atol=ULPS * 2) and torch.allclose(rmax[i], emax, rtol=0, atol=ULPS * 2)
+        # m·r + (1 − m)·batch: a few roundings of values of magnitude |r|, so relative to it
+        assert torch.allclose(rmin[i], emin, rtol=ULPS, atol=0) and torch.allclose(rmax[i], emax, rtol=ULPS, atol=0)
 
 
 @pytest.mark.slow
