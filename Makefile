@@ -39,9 +39,8 @@ reproduce-official: $(STAMP)
 	@$(BIN)/lpdl unlock
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake -c2 --keep-going --configfile config/official.yaml
 
-# The shipped extension grid (config/extensions/heterogeneity.yaml, 140 cells) into
-# results/mini-heterogeneity/, beside the paper's cells (reused from `make reproduce`); report in
-# report/mini-extensions/ with an "Extension grids" section.
+# The shipped extension grid alone (config/extensions/heterogeneity.yaml, 140 cells) into
+# results/mini-heterogeneity/; its own report in report/mini-extensions/ ("Extension grids").
 reproduce-extensions: $(STAMP)
 	@$(BIN)/lpdl unlock
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake -c2 --keep-going --configfile config/extensions.yaml

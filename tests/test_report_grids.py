@@ -70,3 +70,33 @@ def test_grid_json_round_trips_a_loaded_grid():
     spec = GridSpec(**{k: v for k, v in spec_dict(g).items()})
     assert spec.varying() == g.varying() and spec.labels == g.labels
     assert [r.axis for r in grid_effects(spec, _runs({}))][:1] == ["method"]
+
+
+def test_a_report_of_grids_alone_has_their_sections_and_no_paper_part(tmp_path):
+    """Config `tables: []`: build_report(None, ...) reads only the grids' runs.csv,
+    tables/<grid>.csv and grid.json; the header describes their runs; no claims, paper tables or
+    paper figures, and claims.json is an empty list."""
+    from lpdl_core.report.build import build_report
+
+    grid = tmp_path / "results/mini-g"
+    (grid / "tables").mkdir(parents=True)
+    (grid / "grid.json").write_text(json.dumps({"name": SPEC.name, "description": SPEC.description,
+                                                "axes": SPEC.axes, "labels": SPEC.labels}))
+    acc = {("A-fp32", 1): 80.0, ("B-fp32", 1): 84.0, ("A-int8", 1): 70.0}
+    runs = _runs(acc).assign(profile="mini", same_run_as="", git_sha="abc", python="3", torch="2",
+                             device="cpu", device_name="x", executor="loop", wall_time_s=10.0, git_dirty=False)
+    runs.to_csv(grid / "runs.csv", index=False)
+    summary = pd.DataFrame([{"cell_id": c, "profile": "mini", "status": "ok" if any(k[0] == c[2:] for k in acc)
+                             else "missing", "learned": True} for c in SPEC.labels])
+    summary.to_csv(grid / "tables/g.csv", index=False)
+    out = build_report(None, tmp_path / "report", grid_dirs=[grid], pdf=False, log=lambda s: None)
+    html = out["html"].read_text()
+    assert "lpdl report: Extension grids (mini profile)" in html and "Grid g" in html
+    assert "3 of 4 (3 ok, 0 diverged, 0 with a damaged run, 1 missing)" in html
+    assert 'id="claims"' not in html and 'id="tables"' not in html and "Claims check" not in html
+    assert out["figures"] == ["grid-g-accuracy-bytes"] and out["tables"] == [] and out["claims"] == []
+    assert json.loads((tmp_path / "report/claims.json").read_text()) == []
+    tex = (tmp_path / "report/report.tex").read_text()
+    assert r"\section{Claims check}" not in tex and r"\section{Tables}" not in tex and "Grid g" in tex
+    with pytest.raises(CorruptFile, match="at least one extension grid"):
+        build_report(None, tmp_path / "r2", grid_dirs=[], pdf=False, log=lambda s: None)

@@ -131,3 +131,24 @@ def test_an_extension_grids_folder_is_checked_by_status_and_the_last_check(tmp_p
         check_results_current([], profile="mini", seeds=[1], modes={"mini": Fidelity()}, report_results="mini",
                               report_dir="report", tables=[], grids={"mini-tiny": grid.cells})
     assert "mini-tiny" in capsys.readouterr().err
+    # tables: [] -> the grid alone: no line about the paper's empty folder
+    capsys.readouterr()
+    assert main(argv[:4] + ["tables=[]", "extensions=[tiny]", "seeds=[1]"]) == 1
+    out = capsys.readouterr().out
+    assert "mini-tiny: 2 cells x 1 seed" in out and f"{work / 'results' / 'mini'}:" not in out
+
+
+def test_the_report_must_be_newer_than_a_grids_runs(tmp_path, monkeypatch):
+    """The report shows the grids: a runs.csv of a grid newer than report.html is not current."""
+    import os
+
+    from lpdl_core.pipeline.status import folder_status
+
+    grid, report = tmp_path / "results/mini-tiny", tmp_path / "report"
+    grid.mkdir(parents=True)
+    report.mkdir()
+    (report / "report.html").write_text("x")
+    (grid / "runs.csv").write_text("cell_id,seed\n")
+    os.utime(report / "report.html", (1, 1))
+    st = folder_status([], grid, profile="mini", seeds=[1], fidelity=Fidelity(), report_dir=report)
+    assert not st.consistent and "older than" in st.report

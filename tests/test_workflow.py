@@ -287,6 +287,22 @@ def test_an_extension_grid_joins_the_dag_in_its_own_folder():
     assert bad.returncode != 0 and len(lines) == 1 and "nosuchgrid" in lines[0], bad.stderr
 
 
+def test_a_grid_alone_runs_without_the_paper_cells():
+    """`tables: []` with a grid (config/extensions.yaml): only the grid's jobs, its aggregate and a
+    report of it alone (no paper aggregate, cost or partitions job); `tables: []` without a grid is
+    one line."""
+    p = _smk(ROOT, "-n", "--forceall", "--nolock", "--config", "tables=[]", "extensions=[heterogeneity]")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rules = set(re.findall(r"^rule (\w+):", p.stdout, flags=re.M))
+    assert {"aggregate_heterogeneity", "report"} <= rules
+    assert not rules & {"aggregate", "cost", "partitions"}
+    trained = re.findall(r"results/[\w.-]+/runs/([\w.-]+)/seed\d+/metrics\.json", p.stdout)
+    assert trained and all(c.startswith("heterogeneity-") for c in trained)
+    bad = _smk(ROOT, "-n", "--config", "tables=[]")
+    lines = [l for l in bad.stderr.splitlines() if l.strip() and not SNAKEMAKE_NOTICE.match(l)]
+    assert bad.returncode != 0 and len(lines) == 1 and "nothing to run" in lines[0], bad.stderr
+
+
 def test_the_train_script_names_the_grid_of_a_grid_job(tmp_path, monkeypatch):
     import runpy
     from types import SimpleNamespace

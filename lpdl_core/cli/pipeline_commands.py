@@ -243,9 +243,10 @@ def _cmd_status(a: argparse.Namespace) -> int:
     cfg, root, cells = _workflow_config(a)
     main, *_ = mode_names = list(modes(cfg).items())
     current = True
-    for name, fid in mode_names:
+    report_dir = root / cfg["report_dir"]
+    for name, fid in mode_names if cfg["tables"] else ():  # tables: [] -> the grids alone
         st = folder_status(cells, root / "results" / name, profile=cfg["profile"], seeds=cfg["seeds"], fidelity=fid,
-                           report_dir=root / cfg["report_dir"] if name == main[0] else None, tables=cfg["tables"])
+                           report_dir=report_dir if name == main[0] else None, tables=cfg["tables"])
         for line in st.lines(limit=None if a.all else 20):
             print(line)
         current &= st.current
@@ -254,7 +255,7 @@ def _cmd_status(a: argparse.Namespace) -> int:
 
         for grid in dict.fromkeys(cfg["extensions"]):
             st = folder_status(load_grid(grid, root).cells, root / "results" / grid_folder(main[0], grid),
-                               profile=cfg["profile"], seeds=cfg["seeds"], fidelity=main[1])
+                               profile=cfg["profile"], seeds=cfg["seeds"], fidelity=main[1], report_dir=report_dir)
             for line in st.lines(limit=None if a.all else 20):
                 print(line)
             current &= st.current

@@ -70,13 +70,15 @@ def check_results_current(cells: Iterable, *, profile: str, seeds: Iterable[int]
     "100% done" never stands beside a report that does not match the files and the config.
     Damaged runs (and runs of other settings put there by hand), which the report marks as such,
     are named one line each without failing. grids: each extension grid's results folder name ->
-    its cells (in the report's fidelity mode), held to the same standard."""
+    its cells (in the report's fidelity mode), held to the same standard (the report, which shows
+    them, newer than their runs.csv too)."""
     cells, seeds, tables = list(cells), list(seeds), list(tables)
     folders = [folder_status(cells, Path("results") / name, profile=profile, seeds=seeds, fidelity=fid,
                              report_dir=report_dir if name == report_results else None, tables=tables)
-               for name, fid in modes.items()]
+               for name, fid in (modes.items() if tables else ())]  # tables: [] -> the grids alone
     folders += [folder_status(list(grid_cells), Path("results") / name, profile=profile, seeds=seeds,
-                              fidelity=modes[report_results]) for name, grid_cells in (grids or {}).items()]
+                              fidelity=modes[report_results], report_dir=report_dir)
+                for name, grid_cells in (grids or {}).items()]
     for st in folders:
         if not st.current:
             for line in st.lines(limit=10):

@@ -21,6 +21,9 @@ def resolve(config: Mapping, schema: Mapping) -> dict:
     """The config checked against the schema (ConfigError naming the key), with the schema's
     defaults filled in for the optional keys."""
     cfg = check_workflow_config(config, schema)
+    if not cfg.get("tables") and not cfg.get("extensions"):
+        raise ConfigError("tables: empty and no extensions: nothing to run (name paper tables, "
+                          "extension grids, or both)")
     for key, spec in schema["properties"].items():
         if "default" in spec:
             cfg.setdefault(key, spec["default"])

@@ -20,7 +20,7 @@ from typing import Callable
 from ..pipeline.results import git, write_atomic, write_json
 from ..pipeline.shapes import block_title
 from .claims import check_claims
-from .data import cell_classes, load_report_data, per_seed_acc
+from .data import cell_classes, load_grids_data, load_report_data, per_seed_acc
 from .header import build_header
 from .model import Figure, ReportData
 
@@ -65,7 +65,7 @@ def pdf_status(ok: bool, why: str) -> str:
     return "not built: " + reason.removesuffix(": report.pdf not built")
 
 
-def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
+def build_report(results_dir: str | Path | None, out_dir: str | Path = "report", *,
                  paper_dir: str | Path | None = None, tables=None, pdf: bool = True,
                  log: Callable[[str], None] | None = None, compare_dir: str | Path | None = None,
                  grid_dirs: list[str | Path] = ()) -> dict:
@@ -73,7 +73,9 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     tables/*.csv, cost.json, partitions.csv); returns what was written and the claims.
     compare_dir: another results folder of the same profile in the other fidelity mode (its
     runs.csv and tables/*.csv), shown side by side ("Paper text vs official code"). grid_dirs:
-    extension grids' results folders (runs.csv, grid.json), one section each (report.grids)."""
+    extension grids' results folders (runs.csv, tables/<grid>.csv, grid.json), one section each
+    (report.grids). results_dir None: no paper tables, a report of the grids alone (its header
+    from their runs; no claims, paper tables, paper figures, effects, modes or merge step)."""
     from .html import render_html
     from .latex import build_pdf, write_latex
     from .figures_style import MINI_NOTE
@@ -85,17 +87,23 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = load_report_data(results_dir, paper_dir, tables=tables, compare_dir=compare_dir)
-    log(f"report: profile {data.profile}, {int((data.summary['status'] != 'missing').sum())} of "
-        f"{len(data.cells)} cells with results ({len(data.runs)} runs)")
-    figs, fig_errors = _figures(data, log)
-    claims = check_claims(data)
-    header = build_header(data, generated_by={"git_sha": git("rev-parse", "HEAD")})
+    paper = results_dir is not None  # None: no paper tables (config `tables: []`), the grids alone
+    if paper:
+        data = load_report_data(results_dir, paper_dir, tables=tables, compare_dir=compare_dir)
+        log(f"report: profile {data.profile}, {int((data.summary['status'] != 'missing').sum())} of "
+            f"{len(data.cells)} cells with results ({len(data.runs)} runs)")
+        figs, fig_errors = _figures(data, log)
+        claims = check_claims(data)
+    else:
+        data = load_grids_data(grid_dirs)
+        log(f"report: profile {data.profile}, extension grids only ({len(data.runs)} runs)")
+        figs, fig_errors, claims = [], [], []
+    header = build_header(data, generated_by={"git_sha": git("rev-parse", "HEAD")}, grids_only=not paper)
     if fig_errors:
         header = replace(header, warnings=header.warnings + tuple(f"Figure not drawn: {e}" for e in fig_errors))
-    ptables = paper_tables(data)
-    effects = mini_effects(data) if data.profile == "mini" else None
-    modes = modes_view(data)
+    ptables = paper_tables(data) if paper else []
+    effects = mini_effects(data) if paper and data.profile == "mini" else None
+    modes = modes_view(data) if paper else None
     if modes is not None:
         log(f"modes: {modes.title} ({compare_dir}): {modes.sentence}")
     grids = [grid_section(d) for d in grid_dirs]
@@ -104,8 +112,9 @@ def build_report(results_dir: str | Path, out_dir: str | Path = "report", *,
     figs += [g.figure for g in grids if g.figure is not None]
     note = MINI_NOTE if data.profile == "mini" else ""
     grids_part = (grids, note) if grids else None
-    merge = merge_view(data.runs, data.profile)
-    log(f"merge: {merge.counted} runs with the accuracy before the final rounds, over {len(merge.tables)} tables")
+    merge = merge_view(data.runs, data.profile) if paper else None
+    if merge is not None:
+        log(f"merge: {merge.counted} runs with the accuracy before the final rounds, over {len(merge.tables)} tables")
     written = write_latex(out, header, ptables, claims, figs, effects, modes, merge, grids_part)
     ok, why = build_pdf(out) if pdf else (False, "PDF disabled (pdf=False)")
     header = replace(header, facts=header.facts + (("PDF", pdf_status(ok, why)),))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
 
@@ -68,6 +69,30 @@ def load_report_data(results_dir: str | Path, paper_dir: str | Path | None = Non
     compared = _compare(Path(compare_dir), names, known, runs, summary, notes) if compare_dir is not None else {}
     return ReportData(profile=profile, cells=cells, runs=runs, curves=curves, summary=summary, cost=cost,
                       partitions=partitions, notes=tuple(notes), **compared)
+
+
+def load_grids_data(grid_dirs: Iterable[str | Path]) -> ReportData:
+    """The report's data when it holds extension grids alone (config `tables: []`): every grid's
+    runs.csv and tables/<grid>.csv (one row per cell), for the header's provenance and warnings.
+    No paper cells, curves, cost or partitions."""
+    dirs = [Path(d) for d in grid_dirs]
+    if not dirs:
+        raise CorruptFile("a report without paper tables needs at least one extension grid's results")
+    runs = pd.concat([read_frame(d / RUNS_FILE, f"runs table of grid {d.name}") for d in dirs], ignore_index=True)
+    summary = pd.concat([read_frame(d / "tables" / f"{_grid_name(d)}.csv", f"table of grid {d.name}")
+                         for d in dirs], ignore_index=True)
+    profiles = sorted({str(p) for p in summary["profile"].dropna()}) if "profile" in summary else []
+    if len(profiles) > 1:
+        raise CorruptFile(f"the grids' results are of several profiles ({', '.join(profiles)}): one report per profile")
+    profile = profiles[0] if profiles else dirs[0].name.split("-")[0]
+    return ReportData(profile=profile, cells=(), runs=runs, curves=pd.DataFrame(), summary=summary)
+
+
+def _grid_name(results: Path) -> str:
+    """A grid's name, as its grid.json (the aggregate step's) records it."""
+    from .grids import GRID_FILE, load_spec
+
+    return load_spec(results / GRID_FILE).name
 
 
 def _compare(compare_dir: Path, names: list[str], known: set[str], runs: pd.DataFrame,

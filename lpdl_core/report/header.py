@@ -17,13 +17,13 @@ from ..pipeline import mini
 from .data import not_learned_cells
 from .model import LEARNED_MARGIN, Header, ReportData
 
+_MINI_PROTOCOL = (f"global batch / {mini.BATCH_DIVISOR}, {mini.IMAGE_EPOCHS} epochs for images, "
+                  f"{mini.TEXT_EPOCHS} for text; lpdl_core/pipeline/mini.py")
 PROFILE_NOTES = {
     "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
              "eta, algorithm, precision, momentum, norm, optimizer, final gossip rounds) kept, on "
              "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
-             f"paper model and a short protocol (global batch / {mini.BATCH_DIVISOR}, {mini.IMAGE_EPOCHS} epochs "
-             f"for images, {mini.TEXT_EPOCHS} for text; "
-             "lpdl_core/pipeline/mini.py). These numbers are NOT a reproduction of the paper's accuracies and "
+             f"paper model and a short protocol ({_MINI_PROTOCOL}). These numbers are NOT a reproduction of the paper's accuracies and "
              "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
     "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
               "compare like with like; cells still running or never run are shown as missing."),
@@ -95,13 +95,23 @@ def _show(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-def build_header(data: ReportData, *, generated_by: dict | None = None) -> Header:
-    """generated_by: provenance of the process rendering the report (git SHA)."""
+# a report of extension grids alone (config `tables: []`): no paper table, claim or paper figure
+GRIDS_ONLY_NOTES = {
+    "mini": ("Extension grids alone, mini profile: each grid cell with all its axes kept, on embedded "
+             f"stand-in data with the paper models' stand-ins and the mini protocol ({_MINI_PROTOCOL}). "
+             "Not a reproduction of anything the paper reports: read the effects in each grid's section."),
+    "paper": "Extension grids alone, paper profile: the paper's datasets, models and training protocol.",
+}
+
+
+def build_header(data: ReportData, *, generated_by: dict | None = None, grids_only: bool = False) -> Header:
+    """generated_by: provenance of the process rendering the report (git SHA). grids_only: the
+    data are extension grids' (report.data.load_grids_data): its cells are their tables' rows."""
     summary = data.summary
     runs = data.runs[data.runs["status"] != "damaged"]  # the provenance of the runs that could be read
     computed = runs[runs["same_run_as"] == ""]
     shared = sorted(set(runs.loc[runs["same_run_as"] != "", "cell_id"]))
-    total = len(data.cells)
+    total = len(summary) if grids_only else len(data.cells)
     done = int((summary["status"] != "missing").sum()) if len(summary) else 0
     statuses = Counter(summary["status"]) if len(summary) else Counter()
     seeds = sorted({int(s) for s in runs["seed"]})
@@ -142,17 +152,18 @@ def build_header(data: ReportData, *, generated_by: dict | None = None) -> Heade
                         f"{str(first.get('problem') or '').split(' | ')[0]}")
     flat = not_learned_cells(data)
     if flat:
-        left_out = ("left out of the effects and claims" if data.profile == "mini"
-                    else "still used by the claims")
+        left_out = ("left out of the grids' effects" if grids_only
+                    else "marked in the tables; left out of the effects and claims" if data.profile == "mini"
+                    else "marked in the tables; still used by the claims")
         warnings.append(f"{len(flat)} of {total} cells did not learn: their accuracy is within "
                         f"{LEARNED_MARGIN:g} points of chance, 100 / classes of the data they ran on "
-                        f"(marked in the tables; {left_out}).")
+                        f"({left_out}).")
     if len(shas) > 1:
         warnings.append(f"Runs come from {len(shas)} different git commits.")
     if runs["git_dirty"].astype(str).str.lower().eq("true").any():
         warnings.append("Some runs were made from a working tree with uncommitted changes.")
     warnings += data.notes
-    return Header(title=f"lpdl report: Low Precision Decentralized Training with Heterogeneous "
-                        f"Data ({data.profile} profile)",
-                  profile=data.profile, profile_note=PROFILE_NOTES.get(data.profile, ""),
+    title = "Extension grids" if grids_only else "Low Precision Decentralized Training with Heterogeneous Data"
+    return Header(title=f"lpdl report: {title} ({data.profile} profile)", profile=data.profile,
+                  profile_note=(GRIDS_ONLY_NOTES if grids_only else PROFILE_NOTES).get(data.profile, ""),
                   facts=tuple(facts), warnings=tuple(warnings))

@@ -44,6 +44,7 @@ def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
         merge_title=merge.title if merge is not None else "",
         grids=Markup(grids_html(*grids)) if grids is not None else None,
         tables=[(t, Markup(html_table(t))) for t in tables],
+        paper=bool(tables) or grids is None,  # a report of extension grids alone has no paper part
         figures=[(f, base64.b64encode(f.png).decode("ascii")) for f in figures],
         bands=DELTA_BANDS, margin=LEARNED_MARGIN)
     return page if page.endswith("\n") else page + "\n"

@@ -76,7 +76,8 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
         modes=Tex(modes_tex(modes)) if modes is not None else None,
         merge=Tex(merge_tex(merge)) if merge is not None else None,
         grids=Tex(grids_tex(*grids)) if grids is not None else None,
-        tables=[dict(file=Tex(f"{_safe_name(t.name)}.tex")) for t in tables], figures=figs)
+        tables=[dict(file=Tex(f"{_safe_name(t.name)}.tex")) for t in tables], figures=figs,
+        paper=bool(tables) or grids is None)  # a report of extension grids alone has no paper part
 
 
 def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims: list[Claim],

@@ -1,21 +1,29 @@
-# exactly what the report reads (lpdl_core.report.data): no run folder, no model, no torch
+# exactly what the report reads (lpdl_core.report.data): no run folder, no model, no torch. With
+# `tables: []` the report holds the extension grids alone (their runs, tables and descriptions).
+PAPER_INPUTS = (
+    dict(
+        runs=f"results/{RESULTS}/runs.csv",
+        curves=f"results/{RESULTS}/curves.csv",
+        tables=expand(TABLE_FILES, results=RESULTS),
+        cost=f"results/{RESULTS}/cost.json",
+        partitions=f"results/{RESULTS}/partitions.csv",
+        paper=PAPER_CSVS,
+    )
+    if config["tables"]
+    else {}
+)
 REPORT_INPUTS = dict(
-    runs=f"results/{RESULTS}/runs.csv",
-    curves=f"results/{RESULTS}/curves.csv",
-    tables=expand(TABLE_FILES, results=RESULTS),
-    cost=f"results/{RESULTS}/cost.json",
-    partitions=f"results/{RESULTS}/partitions.csv",
-    paper=PAPER_CSVS,
-    # extension grids: each grid's runs and description (one report section each)
+    **PAPER_INPUTS,
+    # extension grids: each grid's runs, tidy table and description (one report section each)
     grids=[
         f"results/{r}/{name}"
-        for r in GRID_RESULTS
-        for name in ("runs.csv", "grid.json")
+        for r, n in GRID_RESULTS.items()
+        for name in ("runs.csv", f"tables/{n}.csv", "grid.json")
     ],
     # compare_modes: the other fidelity mode's results, shown side by side
     compare=(
         [f"results/{COMPARE}/runs.csv", *expand(TABLE_FILES, results=COMPARE)]
-        if COMPARE
+        if COMPARE and config["tables"]
         else []
     ),
 )

@@ -14,7 +14,9 @@ with open(sm.log[0], "w") as log:
 
     cfg = sm.config
     try:
-        build_report(Path(sm.input.runs).parent, Path(sm.output.html).parent, paper_dir=cfg["paper_dir"],
+        # no paper tables (tables: []): the extension grids alone
+        build_report(Path(sm.input.runs).parent if cfg["tables"] else None, Path(sm.output.html).parent,
+                     paper_dir=cfg["paper_dir"],
                      tables=cfg["tables"], log=say,
                      compare_dir=Path(sm.input.compare[0]).parent if sm.input.compare else None,
                      grid_dirs=[Path(p).parent for p in sm.input.grids if p.endswith("grid.json")])
