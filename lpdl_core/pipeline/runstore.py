@@ -1,8 +1,8 @@
 """Run folders as a trustworthy store: what a run *is*, strict reading, and kept copies.
 
 * Identity. A run is defined by its cell (every column that changes what is computed: not the
-  paper's value, the notes or the CSV's seed column), its seed, its profile and its fidelity
-  options. `run_identity` builds it; `save_run` stores it in metrics.json; every reader (train,
+  paper's value, the notes or the CSV's seed column), its seed, its profile, its fidelity
+  options and, in the mini profile, what the mini protocol makes of the cell (`mini.protocol`). `run_identity` builds it; `save_run` stores it in metrics.json; every reader (train,
   aggregate, report) compares the file's identity with the one it expects and refuses a
   mismatch with one line naming the file (`RunMismatch`). metrics.json files written before
   identities were stored are judged by their config, which holds the same facts.
@@ -52,10 +52,17 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
     """What a run is: cell id, seed, profile, the cell's defining columns and fidelity."""
     fields = asdict(cell) if is_dataclass(cell) else dict(cell)
     fid = fidelity.as_dict() if isinstance(fidelity, Fidelity) else dict(fidelity)
-    return _plain({"cell_id": cell.cell_id if hasattr(cell, "cell_id") else fields["cell_id"],
-                   "seed": int(seed), "profile": profile,
-                   "cell": _defining(fields, NOT_IDENTITY + ("cell_id",)),
-                   "fidelity": {**Fidelity().as_dict(), **fid}})
+    ident = {"cell_id": cell.cell_id if hasattr(cell, "cell_id") else fields["cell_id"],
+             "seed": int(seed), "profile": profile,
+             "cell": _defining(fields, NOT_IDENTITY + ("cell_id",)),
+             "fidelity": {**Fidelity().as_dict(), **fid}}
+    if profile == "mini":
+        from types import SimpleNamespace
+
+        from .mini import protocol
+
+        ident["protocol"] = protocol(cell if is_dataclass(cell) else SimpleNamespace(**fields))
+    return _plain(ident)
 
 
 def run_key(identity: Mapping) -> str:
@@ -79,11 +86,11 @@ def identity_of(metrics: Mapping) -> dict:
 
 def _differences(got: Mapping, want: Mapping) -> list[str]:
     out = []
-    for part in ("cell", "fidelity"):
-        g, w = got.get(part, {}), want.get(part, {})
+    for part in ("cell", "fidelity", "protocol"):
+        g, w = got.get(part) or {}, want.get(part) or {}
         for k in sorted(set(g) | set(w)):
             if g.get(k) != w.get(k):
-                out.append(f"{part + '.' if part == 'fidelity' else ''}{k} {g.get(k)!r} (asked: {w.get(k)!r})")
+                out.append(f"{part + '.' if part != 'cell' else ''}{k} {g.get(k)!r} (asked: {w.get(k)!r})")
     return out
 
 
