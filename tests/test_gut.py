@@ -356,3 +356,17 @@ def test_distributed_equals_loop(case, dist_run):
         torch.testing.assert_close(got["x"], sim.x[r], rtol=1e-5, atol=1e-6,
                                    msg=lambda m, r=r: f"{case.name} rank {r}: {m}")
     assert float((sim.x - sim.x[0]).abs().max()) > 1e-4
+
+
+def test_a_cells_momentum_column_picks_guts_official_settings():
+    """momentum nesterov -> GUT (μ 0.9, β 0), qgm -> QG-GUTm (β 0.9, μ 0.06: the official README's
+    QG-GUTm run; μ 0.9 with β 0.9 diverged in the heterogeneity grid), both on plain SGD."""
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.runcell import plan_cell
+
+    from dataclasses import replace
+
+    cell = next(c for c in load_grid("heterogeneity").cells if c.algorithm == "gut" and c.momentum == "qgm")
+    qg, gut = plan_cell(cell), plan_cell(replace(cell, momentum="nesterov"))
+    assert (qg.gossip.gut_scaling, qg.gossip.gut_momentum, qg.optim.momentum) == (0.06, 0.9, "none")
+    assert (gut.gossip.gut_scaling, gut.gossip.gut_momentum, gut.optim.momentum) == (0.9, 0.0, "none")
