@@ -370,3 +370,25 @@ def test_a_cells_momentum_column_picks_guts_official_settings():
     qg, gut = plan_cell(cell), plan_cell(replace(cell, momentum="nesterov"))
     assert (qg.gossip.gut_scaling, qg.gossip.gut_momentum, qg.optim.momentum) == (0.06, 0.9, "none")
     assert (gut.gossip.gut_scaling, gut.gossip.gut_momentum, gut.optim.momentum) == (0.9, 0.0, "none")
+
+
+def test_the_settings_a_gut_cell_selects_are_part_of_its_runs_identity(monkeypatch):
+    """A run of other μ/β settings (as the earlier μ 0.9 QG-GUTm) is another run, recomputed;
+    cells of other algorithms carry no such part (the paper's identities are unchanged)."""
+    from lpdl_core.config import Fidelity
+    from lpdl_core.errors import RunMismatch
+    from lpdl_core.pipeline import own_momentum
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.runstore import check_identity, run_identity
+
+    cell = next(c for c in load_grid("heterogeneity").cells if c.algorithm == "gut")
+    ident = run_identity(cell, profile="mini", seed=1, fidelity=Fidelity())
+    assert ident["own_momentum"]["gossip"] == {"gut_momentum": 0.9, "gut_scaling": 0.06}
+    assert all("own_momentum" not in run_identity(c, profile="paper", seed=1, fidelity=Fidelity())
+               for c in load_cells())
+    earlier = {**own_momentum.OWN_MOMENTUM["gut"],
+               "gossip": {**own_momentum.OWN_MOMENTUM["gut"]["gossip"], "qgm": {"gut_momentum": 0.9, "gut_scaling": 0.9}}}
+    monkeypatch.setitem(own_momentum.OWN_MOMENTUM, "gut", earlier)
+    with pytest.raises(RunMismatch, match="own_momentum.gossip"):
+        check_identity("m.json", {"identity": ident}, run_identity(cell, profile="mini", seed=1, fidelity=Fidelity()))

@@ -27,6 +27,7 @@ from ..training.schedule import ScheduleCfg
 from ..training.train import RunCfg, train
 from .cells import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
+from .own_momentum import OWN_MOMENTUM
 from .ranks import Group
 from .runlock import holds_run_folder
 from .runsh import as_runsh
@@ -59,20 +60,6 @@ class Plan:
     mapping: tuple[str, ...] = ()
     hub_models: tuple[str, ...] = ()  # Hugging Face hub repositories the run loads (tokenizer, weights)
     make_model: Callable | None = field(default=None, compare=False, repr=False)
-
-
-# Algorithms whose own momentum replaces the optimizer's: the official GUT code steps plain SGD
-# (no weight decay) with heavy-ball momentum on the tracked update (docs/paper-vs-code.md, "Global
-# Update Tracking"). A cell's momentum column picks GUT (nesterov: μ 0.9, β 0) or QG-GUTm (qgm: β 0.9
-# with the official README's μ 0.06; at μ 0.9 with β 0.9 the update diverges within two epochs).
-OWN_MOMENTUM = {
-    "gut": {"gossip": {"nesterov": {"gut_momentum": 0.0, "gut_scaling": 0.9},
-                       "qgm": {"gut_momentum": 0.9, "gut_scaling": 0.06}},
-            "optim": {"momentum": "none", "weight_decay": 0.0},
-            "says": {"nesterov": "GUT (local SGD without momentum or weight decay, as the official code)",
-                     "qgm": "QG-GUTm (momentum 0.9 on the tracked update, scaling 0.06; local SGD without "
-                            "momentum or weight decay, as the official code)"}},
-}
 
 
 def _topology(cell: Cell) -> Topology:

@@ -56,6 +56,11 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
              "seed": int(seed), "profile": profile,
              "cell": _defining(fields, NOT_IDENTITY + ("cell_id",)),
              "fidelity": {**Fidelity().as_dict(), **fid}}
+    from .own_momentum import identity_part
+
+    own = identity_part(fields.get("algorithm", ""), fields.get("momentum", ""))
+    if own is not None:  # GUT / QG-GUTm: the μ, β and optimizer the momentum column selects
+        ident["own_momentum"] = own
     if profile == "mini":
         from types import SimpleNamespace
 
@@ -86,7 +91,7 @@ def identity_of(metrics: Mapping) -> dict:
 
 def _differences(got: Mapping, want: Mapping) -> list[str]:
     out = []
-    for part in ("cell", "fidelity", "protocol"):
+    for part in ("cell", "fidelity", "protocol", "own_momentum"):
         g, w = got.get(part) or {}, want.get(part) or {}
         for k in sorted(set(g) | set(w)):
             if g.get(k) != w.get(k):
