@@ -2,9 +2,11 @@
 
 * Identity. A run is defined by its cell (every column that changes what is computed: not the
   paper's value, the notes or the CSV's seed column), its seed, its profile, its fidelity
-  options and, in the mini profile, what the mini protocol makes of the cell (`mini.protocol`). `run_identity` builds it; `save_run` stores it in metrics.json; every reader (train,
-  aggregate, report) compares the file's identity with the one it expects and refuses a
-  mismatch with one line naming the file (`RunMismatch`). metrics.json files written before
+  options, what a GUT cell's momentum column selects (`own_momentum`) and, in the mini profile,
+  what the mini protocol makes of the cell (`mini.protocol`). `run_identity` builds it;
+  `save_run` stores it in metrics.json; every reader (train, aggregate, report) compares the
+  file's identity with the one it expects and refuses a mismatch with one line naming the file
+  (`RunMismatch`). metrics.json files written before
   identities were stored are judged by their config, which holds the same facts.
 * Strict reading. An unreadable, truncated or non-standard metrics.json is a `CorruptFile`
   naming the file, never a traceback and never a silently skipped cell.
@@ -23,10 +25,13 @@ import os
 import shutil
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from ..config import Fidelity
 from .cells import EXTENSION_DEFAULTS
+from .mini import protocol
+from .own_momentum import identity_part
 from ..errors import ConfigError, CorruptFile, RunMismatch
 from .results import code_sha256
 
@@ -56,16 +61,10 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
              "seed": int(seed), "profile": profile,
              "cell": _defining(fields, NOT_IDENTITY + ("cell_id",)),
              "fidelity": {**Fidelity().as_dict(), **fid}}
-    from .own_momentum import identity_part
-
     own = identity_part(fields.get("algorithm", ""), fields.get("momentum", ""))
     if own is not None:  # GUT / QG-GUTm: the μ, β and optimizer the momentum column selects
         ident["own_momentum"] = own
     if profile == "mini":
-        from types import SimpleNamespace
-
-        from .mini import protocol
-
         ident["protocol"] = protocol(cell if is_dataclass(cell) else SimpleNamespace(**fields))
     return _plain(ident)
 

@@ -18,7 +18,7 @@ from .merge import MergeView
 from .grids_view import grids_html
 from .merge_view import merge_html
 from .modes_view import ModesView, modes_html
-from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable
+from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable, has_paper_part
 from .table_style import html_table
 from .templating import Markup, heading, html_env
 
@@ -44,7 +44,7 @@ def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
         merge_title=merge.title if merge is not None else "",
         grids=Markup(grids_html(*grids)) if grids is not None else None,
         tables=[(t, Markup(html_table(t))) for t in tables],
-        paper=bool(tables) or grids is None,  # a report of extension grids alone has no paper part
+        paper=has_paper_part(tables, grids),
         figures=[(f, base64.b64encode(f.png).decode("ascii")) for f in figures],
         bands=DELTA_BANDS, margin=LEARNED_MARGIN)
     return page if page.endswith("\n") else page + "\n"

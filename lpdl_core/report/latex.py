@@ -21,7 +21,7 @@ from .merge import MergeView
 from .grids_view import grids_tex
 from .merge_view import merge_tex
 from .modes_view import ModesView, modes_tex
-from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable
+from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable, has_paper_part
 from .table_style import CELL_COLOURS, FLAT_COLOUR, tex_tabular
 from .templating import Tex, caption, heading, tex_env, tex_escape
 
@@ -77,7 +77,7 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
         merge=Tex(merge_tex(merge)) if merge is not None else None,
         grids=Tex(grids_tex(*grids)) if grids is not None else None,
         tables=[dict(file=Tex(f"{_safe_name(t.name)}.tex")) for t in tables], figures=figs,
-        paper=bool(tables) or grids is None)  # a report of extension grids alone has no paper part
+        paper=has_paper_part(tables, grids))
 
 
 def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims: list[Claim],

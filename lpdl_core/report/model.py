@@ -19,6 +19,12 @@ NO_NUMBER = ("missing", "diverged", "damaged")  # statuses shown without a repro
 VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")
 
 
+def has_paper_part(tables, grids) -> bool:
+    """Whether a rendered report has its paper part (claims, tables): not when it holds extension
+    grids alone (config `tables: []`, so no paper table and some grid section)."""
+    return bool(tables) or grids is None
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class ReportData:
     """Everything the report reads, as the DAG gives it (report.data.load_report_data)."""
