@@ -131,6 +131,30 @@ def test_jobs_cover_every_cell_once_and_keep_shared_runs_with_their_primary():
         plan_jobs(ALL, "mini", "table")
 
 
+def test_mini_pack_jobs_are_one_per_pack_group_and_paper_pack_jobs_the_block_jobs():
+    """cells_per_job pack: in the mini profile (one machine) each block job splits into its pack
+    groups, which run side by side; the paper profile keeps the block jobs (fewer SLURM jobs)."""
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.jobs import pack_key
+
+    grid = load_grid("heterogeneity").cells
+    for cells in (ALL, grid):
+        by_id = {c.cell_id: c for c in cells}
+        jobs = plan_jobs(cells, "mini", "pack")
+        assert sorted(c for j in jobs for c in j.cells) == sorted(by_id)
+        assert len({j.rule for j in jobs}) == len(jobs)
+        for j in jobs:  # one pack group a job (a cell sharing another's run goes with it)
+            homes = {dict(j.shares).get(c, c) for c in j.cells}
+            assert len({pack_key(by_id[c]) for c in homes}) == 1
+        block = plan_jobs(cells, "mini", "block")
+        assert len(jobs) > len(block)
+        paper_block = [j.cells for j in plan_jobs(cells, "paper", "block")]
+        assert [j.cells for j in plan_jobs(cells, "paper", "pack")] == paper_block
+    names = sorted(j.name for j in plan_jobs(grid, "mini", "pack"))
+    assert names == sorted(f"heterogeneity-heterogeneity-{p}-{a}" for p in ("fp32", "int8")
+                           for a in ("ds", "choco", "choco-qgm", "gut-qgm"))
+
+
 def test_train_several_cells_in_one_process_shares_identical_runs(tmp_path):
     a, b = "t2-resnet20-dring8-c0-s0.9-ds-fp32", "t2-resnet20-dring8-c0-s0.9-choco-fp32"
     out = str(tmp_path / "{cell}" / "seed7")

@@ -14,7 +14,8 @@ from lpdl_core.data.registry import load_dataset
 from lpdl_core.decentral.engine import EngineCfg
 from lpdl_core.pipeline.cells import COLUMNS, EXTENSION_COLUMNS, PAPER_DIR, load_cells
 from lpdl_core.pipeline.runcell import plan_cell
-from lpdl_core.pipeline.runstore import run_identity
+from lpdl_core.pipeline.runstore import run_identity, run_key
+from lpdl_core.decentral.partition import DIRICHLET_EPOCH
 from lpdl_core.training.train import train
 
 CELLS = load_cells()
@@ -75,7 +76,18 @@ def test_the_paper_cells_keep_their_ids_and_identities():
         assert (c.compressor, c.partition) == ("topk", "skew")
         ident = run_identity(c, profile="mini", seed=1234, fidelity={})
         assert not set(EXTENSION_COLUMNS) & set(ident["cell"])
+        assert "epoch_samples" not in ident
     assert len({c.cell_id for c in CELLS}) == len(CELLS) == 226
+
+
+def test_a_dirichlet_runs_identity_names_its_epoch_rule():
+    """A Dirichlet cell's epoch is its mean shard (partition.epoch_samples); its runs under the
+    earlier rule (the largest shard) are other runs, recomputed."""
+    cell = replace(BASE, partition="dirichlet:0.1")
+    ident = run_identity(cell, profile="mini", seed=1234, fidelity={})
+    assert ident["epoch_samples"] == DIRICHLET_EPOCH == "mean shard"
+    earlier = {k: v for k, v in ident.items() if k != "epoch_samples"}
+    assert run_key(earlier) != run_key(ident)
 
 
 def _csv(tmp_path, extra: dict, where=lambda r: True):

@@ -6,7 +6,8 @@ import torch
 
 from lpdl_core.data.sampler import NodeSampler
 from lpdl_core.decentral.layout import Layout
-from lpdl_core.decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes, skew_partition
+from lpdl_core.decentral.partition import (KNOWN_CLASS_SIZES, dirichlet_partition, epoch_samples,
+                                          labels_from_class_sizes, skew_partition)
 from lpdl_core.training.schedule import ScheduleCfg, lr_at
 
 
@@ -68,6 +69,29 @@ def test_equal_sizes_each_sample_once_and_reshuffled():
         assert sorted(e0[i]) == list(parts[i])
     assert not np.array_equal(e0, e1)
     assert np.array_equal(e0, torch.cat(list(NodeSampler(parts, 16, seed=7).epoch(0)), 1).numpy())
+
+
+def test_a_dirichlet_epoch_is_its_mean_shard_and_a_skew_epoch_its_largest():
+    """Every Dirichlet split of a dataset trains the same steps on the same number of samples per
+    epoch (its mean shard), whatever its alpha; the paper's skew split keeps its largest shard."""
+    labels = labels_from_class_sizes((50,) * 10)
+    skew = skew_partition(labels_from_class_sizes(KNOWN_CLASS_SIZES["imagenette"]), 8, 0.6)
+    assert epoch_samples(skew) == max(len(p) for p in skew) > min(len(p) for p in skew)
+    for alpha in (1.0, 0.1, 0.01):
+        parts = dirichlet_partition(labels, 4, alpha, seed=3)
+        sizes = [len(p) for p in parts]
+        assert epoch_samples(parts, alpha) == 125 < max(sizes)  # 500 samples over 4 nodes
+        s = NodeSampler(parts, batch_size=16, seed=7, epoch_len=epoch_samples(parts, alpha))
+        assert s.iters_per_epoch == 8 and [b.shape[1] for b in s.epoch(0)] == [16] * 7 + [13]
+        e0, e1 = (torch.cat(list(s.epoch(e)), 1).numpy() for e in (0, 1))
+        for i, p in enumerate(parts):
+            assert set(e0[i]) <= set(p.tolist())  # only own samples
+            if len(p) >= 125:  # a larger shard: a fresh random 125 of its samples each epoch
+                assert len(set(e0[i])) == 125 and (len(p) == 125 or set(e0[i]) != set(e1[i]))
+            else:  # a smaller one: every own sample, topped up
+                assert set(e0[i]) == set(p.tolist())
+    with pytest.raises(ValueError, match="epoch_len must be >= 1"):
+        NodeSampler([np.arange(3)], 2, epoch_len=0)
 
 
 def test_layout_views_roundtrip():

@@ -1,11 +1,14 @@
 """Per-node minibatches: each node iterates its own partition with its own shuffling.
 
-Rule for the iteration count: every node takes T = ceil(max_i |P_i| / B) iterations per epoch,
-with batch sizes b_t = min(B, max_i |P_i| − t·B) (the official drop_last=False behaviour of the
-largest node). A node with a smaller partition tops its stream up with a fresh shuffle of its
-own partition, so every node sees all of its samples each epoch, batch shapes agree across nodes
-(needed for stacked batches) and nobody waits (the official blocking gossip needs equal counts).
-With equal partition sizes every sample is seen exactly once per epoch.
+Rule for the iteration count: every node takes T = ceil(L / B) iterations per epoch, with batch
+sizes b_t = min(B, L − t·B), where L is the partition's epoch length
+(lpdl_core.decentral.partition.epoch_samples): its largest shard for the paper's skew split (the
+official drop_last=False behaviour of the largest node), its mean shard for a Dirichlet split.
+Each epoch a node draws a fresh shuffle of its own partition, repeated as needed and cut at L: a
+node with a smaller partition sees all of its samples (some twice), one with a larger partition
+(Dirichlet only) a fresh random L of them. Batch shapes agree across nodes (needed for stacked
+batches) and nobody waits (the official blocking gossip needs equal counts). With equal partition
+sizes every sample is seen exactly once per epoch.
 """
 from __future__ import annotations
 
@@ -23,14 +26,18 @@ class NodeSampler:
     epoch). shared=True (the official ranks, seeded alike): every node draws the same local
     permutations, seeded (seed, epoch), so nodes with identical shards see identical batches."""
 
-    def __init__(self, parts: Sequence[np.ndarray], batch_size: int, seed: int = DEFAULT_SEED, shared: bool = False):
+    def __init__(self, parts: Sequence[np.ndarray], batch_size: int, seed: int = DEFAULT_SEED, shared: bool = False,
+                 epoch_len: int | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if not parts or any(len(p) == 0 for p in parts):
             raise ValueError("every node needs a non-empty partition")
         self.parts = [np.asarray(p, dtype=np.int64) for p in parts]
         self.batch_size, self.seed, self.shared = batch_size, seed, shared
-        self.epoch_len = max(len(p) for p in self.parts)
+        # L: given (partition.epoch_samples), else the largest partition
+        self.epoch_len = max(len(p) for p in self.parts) if epoch_len is None else int(epoch_len)
+        if self.epoch_len < 1:
+            raise ValueError(f"epoch_len must be >= 1, got {epoch_len}")
 
     @property
     def n(self) -> int:

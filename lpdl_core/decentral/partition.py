@@ -177,6 +177,26 @@ def dirichlet_partition(labels: np.ndarray, n: int, alpha: float, seed: int = DE
                      f"in {max_tries} tries; raise alpha or lower min_size")
 
 
+# How a Dirichlet split's epoch length is chosen (`epoch_samples`), as Dirichlet runs' identities
+# name it (lpdl_core.pipeline.runstore): their runs under the earlier rule (the largest shard) are
+# other runs, recomputed.
+DIRICHLET_EPOCH = "mean shard"
+
+
+def epoch_samples(parts: Sequence[np.ndarray], dirichlet_alpha: float | None = None) -> int:
+    """L, the samples every node takes per epoch (lpdl_core.data.sampler), by partition kind:
+
+    * the paper's skew split: its largest shard, L = max_i |P_i| (the official drop_last=False
+      loader of the largest node; the shards are equal up to the last node's remainder);
+    * a Dirichlet split: its mean shard, L = floor(sum_i |P_i| / n). Its shards differ by design
+      (at alpha 0.01 from 1 to over 400 digits samples on 8 nodes), so the largest would give each
+      alpha, and each draw, its own training length (2.4x the skew split's at alpha 0.01): with
+      the mean, every partition of a dataset trains the same steps on the same number of samples.
+    """
+    sizes = [len(p) for p in parts]
+    return max(sizes) if dirichlet_alpha is None else sum(sizes) // len(sizes)
+
+
 def node_partition(labels: np.ndarray, n: int, *, skew: float = 0.0, dirichlet_alpha: float | None = None,
                    seed: int = DEFAULT_SEED) -> list[np.ndarray]:
     """The partition a run trains on: the paper's skew partition, or a Dirichlet(α) split when

@@ -6,13 +6,17 @@ one process (`cells_per_job: block`). Each cell still has its own run folder, ch
 and identity check; a cell whose mini run is another cell's (lpdl_core.pipeline.mini.same_runs) joins that
 cell's job and is recorded as the same run, not trained twice. The paper profile runs one cell
 per job (`cells_per_job: cell`): its cells take hours, and a cluster schedules each on its own.
-`cells_per_job: pack` makes the block jobs and trains the cells of a job that can share one stacked
-state together, `pack_size` at a time (lpdl_core.training.pack): `pack_stacks` is how the planner
-counts those stacks.
+`cells_per_job: pack` trains the cells of a job that can share one stacked state together,
+`pack_size` at a time (lpdl_core.training.pack; `pack_stacks` is how the planner counts those
+stacks). In the paper profile its jobs are the block jobs (fewer, longer SLURM jobs); in the mini
+profile, which runs on one machine, each block job is split into one job per pack group (cells of
+one `pack_key`: their stacks never mix with another group's), so that the groups run side by side
+on its cores.
 """
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -77,6 +81,13 @@ def default_cells_per_job(profile: str) -> str:
     return "block" if profile == "mini" else "cell"
 
 
+def _pack_job_name(block_job: str, cell, taken: set[str]) -> str:
+    """A readable name for a pack group's job: the block job's, its algorithm (and -qgm), and a
+    number where two groups of the block would share it."""
+    name = f"{block_job}-{cell.algorithm}" + ("-qgm" if cell.momentum == "qgm" else "")
+    return name if name not in taken else next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
+
+
 def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job]:
     """The training jobs for `cells` (lpdl_core.pipeline.cells.Cell, in paper order)."""
     from .mini import same_runs
@@ -88,10 +99,18 @@ def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job
         return [Job(name=c.cell_id, cells=(c.cell_id,)) for c in cells]
     shared = same_runs(cells) if profile == "mini" else {}
     by_id = {c.cell_id: c for c in cells}
+    split = per == "pack" and profile == "mini"  # one machine: a block's pack groups run side by side
     groups: dict[str, list[str]] = {}
+    pack_names: dict[tuple, str] = {}
     for c in cells:
         home = by_id[shared.get(c.cell_id, c.cell_id)]
-        groups.setdefault(f"{home.table}-{home.block}-{home.precision}", []).append(c.cell_id)
+        name = f"{home.table}-{home.block}-{home.precision}"
+        if split:
+            key = (name, pack_key(home))
+            if key not in pack_names:
+                pack_names[key] = _pack_job_name(name, home, set(pack_names.values()))
+            name = pack_names[key]
+        groups.setdefault(name, []).append(c.cell_id)
     jobs = []
     for name, ids in groups.items():
         primaries = [i for i in ids if i not in shared]

@@ -2,7 +2,8 @@
 
 * Identity. A run is defined by its cell (every column that changes what is computed: not the
   paper's value, the notes or the CSV's seed column), its seed, its profile, its fidelity
-  options, what a GUT cell's momentum column selects (`own_momentum`) and, in the mini profile,
+  options, what a GUT cell's momentum column selects (`own_momentum`), a Dirichlet cell's epoch
+  length rule (`partition.DIRICHLET_EPOCH`) and, in the mini profile,
   what the mini protocol makes of the cell (`mini.protocol`). `run_identity` builds it;
   `save_run` stores it in metrics.json; every reader (train, aggregate, report) compares the
   file's identity with the one it expects and refuses a mismatch with one line naming the file
@@ -29,6 +30,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping
 
 from ..config import Fidelity
+from ..decentral.partition import DIRICHLET_EPOCH
 from .cells import EXTENSION_DEFAULTS
 from .mini import protocol
 from .own_momentum import identity_part
@@ -64,6 +66,8 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
     own = identity_part(fields.get("algorithm", ""), fields.get("momentum", ""))
     if own is not None:  # GUT / QG-GUTm: the μ, β and optimizer the momentum column selects
         ident["own_momentum"] = own
+    if fields.get("partition", "skew") != "skew":  # a Dirichlet split's epoch: its mean shard
+        ident["epoch_samples"] = DIRICHLET_EPOCH
     if profile == "mini":
         ident["protocol"] = protocol(cell if is_dataclass(cell) else SimpleNamespace(**fields))
     return _plain(ident)

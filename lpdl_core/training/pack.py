@@ -31,7 +31,7 @@ from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, evaluate_cells
 from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.optim import OptimCfg
-from ..decentral.partition import histograms, node_partition
+from ..decentral.partition import epoch_samples, histograms, node_partition
 from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
@@ -59,7 +59,7 @@ def batch_plan(split: DataSplit, topology: Topology, run: RunCfg) -> tuple[int, 
     labels = split.y_train.numpy()
     parts = node_partition(labels, topology.n, skew=run.skew, dirichlet_alpha=run.dirichlet_alpha,
                            seed=run.partition_seed)
-    s = NodeSampler(parts, run.batch_size, seed=run.partition_seed)
+    s = NodeSampler(parts, run.batch_size, seed=run.partition_seed, epoch_len=epoch_samples(parts, run.dirichlet_alpha))
     return s.iters_per_epoch, s.epoch_len
 
 
@@ -135,7 +135,8 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
         return torch.cat(xs), torch.cat(ys)
 
     shared = engine.rng_streams == "shared"
-    samplers = [NodeSampler(p, run.batch_size, seed=r.run.partition_seed, shared=shared) for p, r in zip(parts, runs)]
+    samplers = [NodeSampler(p, run.batch_size, seed=r.run.partition_seed, shared=shared,
+                            epoch_len=epoch_samples(p, r.run.dirichlet_alpha)) for p, r in zip(parts, runs)]
     iters = samplers[0].iters_per_epoch
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     K = len(runs)

@@ -22,7 +22,7 @@ from ..data.sampler import NodeSampler
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
-from ..decentral.partition import histograms, node_partition
+from ..decentral.partition import epoch_samples, histograms, node_partition
 from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
@@ -218,7 +218,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         return xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
 
     shared = engine.rng_streams == "shared"
-    sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed, shared=shared)
+    sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed, shared=shared,
+                          epoch_len=epoch_samples(parts, run.dirichlet_alpha))
     # a NodeProcess trains its own row: the augmentation draws the whole batch's randomness, applies its row's
     # (shared streams: every node, this one too, draws what one node draws)
     part = None if sim.rows == slice(None) or shared else (sim.rows.start, topology.n)
