@@ -47,6 +47,30 @@ def test_the_mini_protocol_is_part_of_a_runs_identity(monkeypatch):
         check_identity("m.json", old, ident)
 
 
+def test_a_cells_mini_epochs_set_its_mini_run_and_identity():
+    """An extension grid sized to a time budget sets mini_epochs: its runs take that many epochs,
+    say so in their mapping, and are other runs than the profile's; 0 (every paper cell) is the
+    profile's own, and a negative value is refused with the column's name."""
+    from dataclasses import replace
+
+    from lpdl_core.config import Fidelity
+    from lpdl_core.errors import ConfigError
+    from lpdl_core.pipeline import mini
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.runstore import run_identity
+
+    c = CELLS["t2-resnet20-dring8-c99-s0.8-choco-int8"]
+    assert c.mini_epochs == 0 and mini_run(c).epochs == mini.IMAGE_EPOCHS
+    four = replace(c, mini_epochs=4)
+    assert mini_run(four).epochs == 4 and "epochs 200 -> 4 (the cell's mini_epochs)" in mini_run(four).mapping
+    assert run_key(four, 1) != run_key(c, 1)
+    a, b = (run_identity(x, profile="mini", seed=1, fidelity=Fidelity()) for x in (c, four))
+    assert "mini_epochs" not in a["cell"] and b["cell"]["mini_epochs"] == 4 and b["protocol"]["epochs"] == 4
+    with pytest.raises(ConfigError, match="mini_epochs: must be >= 0"):
+        replace(c, mini_epochs=-1)
+    assert {x.mini_epochs for x in load_grid("heterogeneity").cells} == {4}
+
+
 def test_epochs_depend_on_the_data_kind_only():
     """Effects compare cells of a block, and blocks across tables (8 vs 16 nodes): the protocol
     must not differ by table, block or node count."""

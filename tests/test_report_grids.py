@@ -100,3 +100,18 @@ def test_a_report_of_grids_alone_has_their_sections_and_no_paper_part(tmp_path):
     assert r"\section{Claims check}" not in tex and r"\section{Tables}" not in tex and "Grid g" in tex
     with pytest.raises(CorruptFile, match="at least one extension grid"):
         build_report(None, tmp_path / "r2", grid_dirs=[], pdf=False, log=lambda s: None)
+
+
+def test_the_header_states_the_mini_epochs_the_runs_used():
+    """A grid whose cells set mini_epochs trains fewer epochs than the mini profile's: the report's
+    protocol line says what the runs used, not the profile's default."""
+    from lpdl_core.pipeline import mini
+    from lpdl_core.report.header import mini_protocol
+
+    default = f"{mini.IMAGE_EPOCHS} epochs for images, {mini.TEXT_EPOCHS} for text"
+    assert default in mini_protocol(pd.DataFrame({"cell_id": ["a"]}))  # runs.csv of before the column
+    assert default in mini_protocol(pd.DataFrame({"mini_epochs": [0, 0]}))
+    only = mini_protocol(pd.DataFrame({"mini_epochs": [4, 4]}))
+    assert "4 epochs (the cells' mini_epochs)" in only and default not in only
+    mixed = mini_protocol(pd.DataFrame({"mini_epochs": [4, None]}))
+    assert default in mixed and "4 where a cell's mini_epochs sets them" in mixed

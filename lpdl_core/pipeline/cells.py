@@ -97,6 +97,7 @@ class Cell:
     # the open grid's columns, beyond the paper's (optional in a CSV; their defaults are the paper's)
     compressor: str = "topk"  # topk | randomk (both drop `compression` %) | qsgd:<level> | minmax8:<bits> | identity
     partition: str = "skew"   # skew (the paper's, by the skew column) | dirichlet:<alpha>
+    mini_epochs: int = 0      # epochs of the cell's mini run; 0: the mini profile's own (lpdl_core.pipeline.mini)
 
     def _fail(self, column: str, msg: str) -> None:
         raise CellError(column, msg)
@@ -145,6 +146,8 @@ class Cell:
         for col in ("epochs", "batch_per_node"):
             if getattr(self, col) < 1:
                 self._fail(col, f"must be >= 1, got {getattr(self, col)}")
+        if self.mini_epochs < 0:
+            self._fail("mini_epochs", f"must be >= 0 (0: the mini profile's own), got {self.mini_epochs}")
         if self.final_gossip_rounds < 0 or (self.nodes == 1 and self.final_gossip_rounds):
             self._fail("final_gossip_rounds", "must be >= 0, and 0 for a single node")
         if self.paper_acc is not None and not 0.0 <= self.paper_acc <= 100.0:
@@ -241,10 +244,10 @@ class Cell:
         return f"s{self.skew:g}" if alpha is None else f"dir{alpha:g}"
 
 
-_INT = {"nodes", "compression", "epochs", "batch_per_node", "final_gossip_rounds", "seed"}
+_INT = {"nodes", "compression", "epochs", "batch_per_node", "final_gossip_rounds", "seed", "mini_epochs"}
 _FLOAT = {"eta", "skew", "lr"}
 # the open grid's columns: optional in a CSV, after the paper's COLUMNS, defaults the paper's
-EXTENSION_COLUMNS = ("compressor", "partition")
+EXTENSION_COLUMNS = ("compressor", "partition", "mini_epochs")
 COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in EXTENSION_COLUMNS)  # every paper CSV's header
 # their defaults: a run identity leaves a column out at its default, so the paper's runs keep theirs
 EXTENSION_DEFAULTS = {f.name: f.default for f in fields(Cell) if f.name in EXTENSION_COLUMNS}

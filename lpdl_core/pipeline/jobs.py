@@ -39,7 +39,8 @@ class Job:
 # the cell columns that the cells of a pack share (lpdl_core.training.pack.pack_conflict checks the
 # resolved plans); they may differ in seed, skew, graph, compression and eta
 PACK_COLUMNS = ("dataset", "model", "nodes", "algorithm", "compressor", "precision", "momentum", "norm",
-                "optimizer", "lr", "lr_schedule", "milestones", "epochs", "batch_per_node", "final_gossip_rounds")
+                "optimizer", "lr", "lr_schedule", "milestones", "epochs", "batch_per_node", "final_gossip_rounds",
+                "mini_epochs")
 
 
 def pack_key(cell) -> tuple:

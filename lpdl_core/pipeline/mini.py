@@ -13,7 +13,8 @@ table (so cells stay comparable), and is recorded in each run's mapping:
   a random-init one learns too little from 1,344 sentences);
 * global batch / BATCH_DIVISOR (so batch per node / BATCH_DIVISOR: one rule for every table), at
   the paper's learning rate (docs/mini-profile.md says what a scaled one did);
-* epochs per data kind, and a per-step schedule (linear warm-up over WARMUP_FRACTION of the steps,
+* epochs per data kind (a cell's `mini_epochs` column, where set, instead: an extension grid
+  sized to a time budget), and a per-step schedule (linear warm-up over WARMUP_FRACTION of the steps,
   then cosine to 0) instead of the paper's 200-epoch milestones: a few hundred steps in all;
 * text: Adam at TEXT_LR (3e-5 is a fine-tuning rate for a pretrained model).
 
@@ -69,25 +70,34 @@ def mini_batch(batch_per_node: int) -> int:
     return max(1, batch_per_node // BATCH_DIVISOR)
 
 
+def _own_epochs(cell) -> int:
+    """The cell's mini_epochs (0 where it has none: a cell read back from a run of before the column)."""
+    return getattr(cell, "mini_epochs", 0)
+
+
+def _epochs_line(cell, epochs: int) -> str:
+    return f"epochs {cell.epochs} -> {epochs}" + (" (the cell's mini_epochs)" if _own_epochs(cell) else "")
+
+
 def mini_run(cell) -> MiniRun:
     """The mini protocol of one cell (an lpdl_core.pipeline.cells.Cell)."""
     batch = mini_batch(cell.batch_per_node)
     common = [f"batch per node {cell.batch_per_node} -> {batch} (global batch / {BATCH_DIVISOR}, every table)"]
     if cell.model == "distilbert":
         dataset = TEXT_STANDINS[cell.dataset]
-        epochs, lr = TEXT_EPOCHS, TEXT_LR
+        epochs, lr = _own_epochs(cell) or TEXT_EPOCHS, TEXT_LR
         tiny = ", ".join(f"{k} {v}" for k, v in TINY_DISTILBERT.items())
         mapping = [f"dataset {cell.dataset} -> {dataset} (MiniLM tokenizer, {TEXT_MAX_LENGTH} tokens)",
                    f"model distilbert -> tiny DistilBERT ({tiny}), frozen word embeddings = MiniLM's "
                    f"pretrained ones on their top {TINY_DISTILBERT['dim']} principal components",
-                   f"epochs {cell.epochs} -> {epochs}", f"lr {cell.lr:g} -> {lr:g}"]
+                   _epochs_line(cell, epochs), f"lr {cell.lr:g} -> {lr:g}"]
         kwargs = (("max_length", TEXT_MAX_LENGTH), ("tokenizer", "minilm"))
         model = "distilbert-tiny"
     else:
-        dataset, epochs, lr = "digits", IMAGE_EPOCHS, cell.lr
+        dataset, epochs, lr = "digits", _own_epochs(cell) or IMAGE_EPOCHS, cell.lr
         name, note = standin(cell.model)
         mapping = [f"dataset {cell.dataset} -> digits stand-in (native {IMAGE_SIZE} px, no augmentation)",
-                   f"model {cell.model} -> {name}: {note}", f"epochs {cell.epochs} -> {epochs}"]
+                   f"model {cell.model} -> {name}: {note}", _epochs_line(cell, epochs)]
         kwargs = (("augment", "none"), ("image_size", IMAGE_SIZE), ("standin_for", cell.dataset))
         model = name
     schedule = (f"lr schedule {cell.lr_schedule} -> per-step linear warm-up over "

@@ -17,17 +17,35 @@ from ..pipeline import mini
 from .data import not_learned_cells
 from .model import LEARNED_MARGIN, Header, ReportData
 
-_MINI_PROTOCOL = (f"global batch / {mini.BATCH_DIVISOR}, {mini.IMAGE_EPOCHS} epochs for images, "
-                  f"{mini.TEXT_EPOCHS} for text; lpdl_core/pipeline/mini.py")
-PROFILE_NOTES = {
-    "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
-             "eta, algorithm, precision, momentum, norm, optimizer, final gossip rounds) kept, on "
-             "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
-             f"paper model and a short protocol ({_MINI_PROTOCOL}). These numbers are NOT a reproduction of the paper's accuracies and "
-             "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
-    "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
-              "compare like with like; cells still running or never run are shown as missing."),
-}
+def mini_protocol(runs: pd.DataFrame) -> str:
+    """The mini protocol the runs used, in a few words: the profile's epochs, or the epochs that the
+    cells' mini_epochs column set (an extension grid sized to a time budget)."""
+    col = runs["mini_epochs"] if "mini_epochs" in runs else pd.Series(dtype=float)
+    own = col.fillna(0).astype(int)
+    set_epochs = sorted({int(v) for v in own if v})
+    base = f"global batch / {mini.BATCH_DIVISOR}"
+    default = f"{mini.IMAGE_EPOCHS} epochs for images, {mini.TEXT_EPOCHS} for text"
+    if not set_epochs:
+        epochs = default
+    elif len(own) and own.gt(0).all():
+        epochs = f"{'/'.join(map(str, set_epochs))} epochs (the cells' mini_epochs)"
+    else:
+        epochs = f"{default}; {'/'.join(map(str, set_epochs))} where a cell's mini_epochs sets them"
+    return f"{base}, {epochs}; lpdl_core/pipeline/mini.py"
+
+
+def _profile_notes(protocol: str) -> dict[str, str]:
+    return {
+        "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
+                 "eta, algorithm, precision, momentum, norm, optimizer, final gossip rounds) kept, on "
+                 "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
+                 f"paper model and a short protocol ({protocol}). These numbers are NOT a reproduction of the paper's accuracies and "
+                 "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
+        "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
+                  "compare like with like; cells still running or never run are shown as missing."),
+    }
+
+
 FIDELITY_DEFAULTS = asdict(Fidelity())  # the paper's text, as every run defaults to
 FIDELITY_MEANING = {
     "quant_ranges": {"buffers": "each node keeps its own activation ranges (paper)",
@@ -95,13 +113,14 @@ def _show(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
-# a report of extension grids alone (config `tables: []`): no paper table, claim or paper figure
-GRIDS_ONLY_NOTES = {
-    "mini": ("Extension grids alone, mini profile: each grid cell with all its axes kept, on embedded "
-             f"stand-in data with the paper models' stand-ins and the mini protocol ({_MINI_PROTOCOL}). "
-             "Not a reproduction of anything the paper reports: read the effects in each grid's section."),
-    "paper": "Extension grids alone, paper profile: the paper's datasets, models and training protocol.",
-}
+def _grids_only_notes(protocol: str) -> dict[str, str]:
+    """A report of extension grids alone (config `tables: []`): no paper table, claim or paper figure."""
+    return {
+        "mini": ("Extension grids alone, mini profile: each grid cell with all its axes kept, on embedded "
+                 f"stand-in data with the paper models' stand-ins and the mini protocol ({protocol}). "
+                 "Not a reproduction of anything the paper reports: read the effects in each grid's section."),
+        "paper": "Extension grids alone, paper profile: the paper's datasets, models and training protocol.",
+    }
 
 
 def build_header(data: ReportData, *, generated_by: dict | None = None, grids_only: bool = False) -> Header:
@@ -165,5 +184,6 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
     warnings += data.notes
     title = "Extension grids" if grids_only else "Low Precision Decentralized Training with Heterogeneous Data"
     return Header(title=f"lpdl report: {title} ({data.profile} profile)", profile=data.profile,
-                  profile_note=(GRIDS_ONLY_NOTES if grids_only else PROFILE_NOTES).get(data.profile, ""),
+                  profile_note=(_grids_only_notes if grids_only else _profile_notes)(mini_protocol(runs)).get(
+                      data.profile, ""),
                   facts=tuple(facts), warnings=tuple(warnings))
