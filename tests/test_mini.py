@@ -68,7 +68,7 @@ def test_a_cells_mini_epochs_set_its_mini_run_and_identity():
     assert "mini_epochs" not in a["cell"] and b["cell"]["mini_epochs"] == 4 and b["protocol"]["epochs"] == 4
     with pytest.raises(ConfigError, match="mini_epochs: must be >= 0"):
         replace(c, mini_epochs=-1)
-    assert {x.mini_epochs for x in load_grid("heterogeneity").cells} == {4}
+    assert {x.mini_epochs for x in load_grid("heterogeneity").cells} == {3}
 
 
 def test_epochs_depend_on_the_data_kind_only():
