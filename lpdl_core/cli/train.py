@@ -135,7 +135,7 @@ def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
             print(f"lpdl train: error: [{cell.cell_id}] {m}", file=sys.stderr, flush=True)
             continue
         packed = m["config"].get("packed_with")
-        how = f", packed with {len(packed)} other cells" if packed else ""
+        how = f", packed with {len(packed)} other cell{'s' if len(packed) > 1 else ''}" if packed else ""
         if m["status"] == "ok":
             print(f"[{cell.cell_id}] ok: mean node acc {m['final']['mean_acc']:.2f} "
                   f"avg-model {m['final']['avg_model_acc']:.2f} ({m['wall_time_s']:.1f}s{how}) -> {out}", flush=True)
