@@ -166,7 +166,7 @@ def test_header_states_profile_provenance_and_problems(results):
     assert h.profile == "mini" and "NOT a reproduction" in h.profile_note
     assert facts["seeds"] == "1, 2, 3" and facts["runs"] == "8"
     assert "abc123def456 (7)" in facts["git SHA of the runs"] and "fff000 (1)" in facts["git SHA of the runs"]
-    assert facts["total compute time (sum of run wall times)"] == "8m 00s"
+    assert facts["total compute time (sum of run wall times, a pack's once)"] == "8m 00s"
     assert "official code" in facts["fidelity: quant_ranges"] and "[1 runs]" in facts["fidelity: quant_ranges"]
     assert facts["fidelity: bytes_metric"].startswith("exact")
     assert "0123456789ab" in facts["report generated"]

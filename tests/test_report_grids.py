@@ -115,3 +115,14 @@ def test_the_header_states_the_mini_epochs_the_runs_used():
     assert "4 epochs (the cells' mini_epochs)" in only and default not in only
     mixed = mini_protocol(pd.DataFrame({"mini_epochs": [4, None]}))
     assert default in mixed and "4 where a cell's mini_epochs sets them" in mixed
+
+
+def test_total_compute_time_counts_a_pack_once():
+    """Each cell of a pack records the pack's wall time; the header's total counts it once per seed."""
+    from lpdl_core.report.header import compute_seconds
+
+    runs = pd.DataFrame({"cell_id": ["a", "b", "c", "a", "b"], "seed": [1, 1, 1, 2, 2],
+                         "packed_with": ["b", "a", "", "b", "a"], "wall_time_s": [100.0, 100.0, 10.0, 90.0, 90.0]})
+    assert compute_seconds(runs) == 200.0
+    assert compute_seconds(runs.drop(columns="packed_with")) == 390.0  # a runs.csv of before the column
+    assert compute_seconds(runs.iloc[:0]) == 0.0

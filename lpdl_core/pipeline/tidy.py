@@ -34,7 +34,7 @@ PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
 RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
                "before_final_mean_acc", "before_final_avg_model_acc", "before_final_consensus_distance",
-               "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "ran_on", "mapping",
+               "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "packed_with", "ran_on", "mapping",
                "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE,
                "problem", "run_key", "metrics_sha256")
 RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv"
@@ -86,7 +86,9 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         "mb_per_node": _finite(m["bytes_per_node"] / 1e6) if m.get("bytes_per_node") is not None else None,
         "wall_time_s": m.get("wall_time_s"), "num_classes": classes,
         "chance": 100.0 / classes if classes else None,
-        "same_run_as": cfg.get("same_run_as") or "", "ran_on": cfg.get("dataset", ""),
+        "same_run_as": cfg.get("same_run_as") or "",
+        # the other cells of its pack (lpdl_core.pipeline.runpack): its wall time is the pack's
+        "packed_with": ";".join(sorted(cfg.get("packed_with") or [])), "ran_on": cfg.get("dataset", ""),
         "mapping": "; ".join(cfg.get("mapping", [])),
         "fidelity_mode": fidelity_mode(fid),
         **{f"fidelity_{k}": v for k, v in fid.items()},

@@ -113,6 +113,17 @@ def _show(v) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def compute_seconds(runs: pd.DataFrame) -> float:
+    """The wall seconds the runs took, each pack counted once: a packed run records the whole
+    pack's wall time (its cells trained together), so summing its cells would count it once per cell."""
+    if not len(runs):
+        return 0.0
+    packed = runs["packed_with"].fillna("").astype(str) if "packed_with" in runs else pd.Series("", index=runs.index)
+    keys = pd.Series([f"{seed}|" + (";".join(sorted([cell, *p.split(";")])) if p else cell)
+                      for seed, cell, p in zip(runs["seed"], runs["cell_id"], packed)], index=runs.index)
+    return float(runs["wall_time_s"].fillna(0).groupby(keys).first().sum())
+
+
 def _grids_only_notes(protocol: str) -> dict[str, str]:
     """A report of extension grids alone (config `tables: []`): no paper table, claim or paper figure."""
     return {
@@ -150,7 +161,7 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
         ("python / torch", _counted(f"{p} / {t}" for p, t in zip(runs["python"], runs["torch"]))),
         ("devices", _counted(f"{d} ({n})" for d, n in zip(runs["device"], runs["device_name"]))),
         ("executor", _counted(runs["executor"])),
-        ("total compute time (sum of run wall times)", _hms(float(computed["wall_time_s"].fillna(0).sum()))),
+        ("total compute time (sum of run wall times, a pack's once)", _hms(compute_seconds(computed))),
         *fidelity_lines(runs),
         ("report generated", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
          + (f" from git {str(generated_by.get('git_sha'))[:12]}" if generated_by and generated_by.get("git_sha")
