@@ -114,6 +114,7 @@ def test_an_extension_grids_folder_is_checked_by_status_and_the_last_check(tmp_p
 
     from lpdl_core.pipeline.grids import load_grid
     from lpdl_core.pipeline.hooks import check_results_current
+    from lpdl_core.pipeline.wfconfig import load
     from repo_copy import ROOT
 
     work = tmp_path / "wf"
@@ -128,8 +129,8 @@ def test_an_extension_grids_folder_is_checked_by_status_and_the_last_check(tmp_p
     grid = load_grid("tiny", work)
     monkeypatch.chdir(work)
     with pytest.raises(SystemExit):
-        check_results_current([], profile="mini", seeds=[1], modes={"mini": Fidelity()}, report_results="mini",
-                              report_dir="report", tables=[], grids={"mini-tiny": grid.cells})
+        check_results_current(load(work, (), ["tables=[]", "extensions=[tiny]", "seeds=[1]"]), [],
+                              {"tiny": grid.cells})
     assert "mini-tiny" in capsys.readouterr().err
     # tables: [] -> the grid alone: no line about the paper's empty folder
     capsys.readouterr()
@@ -152,3 +153,28 @@ def test_the_report_must_be_newer_than_a_grids_runs(tmp_path, monkeypatch):
     os.utime(report / "report.html", (1, 1))
     st = folder_status([], grid, profile="mini", seeds=[1], fidelity=Fidelity(), report_dir=report)
     assert not st.consistent and "older than" in st.report
+
+
+def test_status_and_the_last_check_hold_the_same_folders(tmp_path):
+    """One list of results folders per config (status.config_status), for `lpdl status` and the
+    check after `snakemake`: each mode's folder of the paper cells, then each grid's folder in the
+    config's mode; the report is checked with the folder it shows and with every grid's."""
+    import shutil
+
+    from lpdl_core.pipeline.status import config_status
+    from lpdl_core.pipeline.wfconfig import load
+    from repo_copy import ROOT
+
+    (tmp_path / "workflow" / "schemas").mkdir(parents=True)
+    shutil.copy(ROOT / "workflow/schemas/config.schema.yaml", tmp_path / "workflow/schemas/")
+    (tmp_path / "config" / "extensions").mkdir(parents=True)
+    shutil.copy(ROOT / "config/config.yaml", tmp_path / "config/")
+    cfg = load(tmp_path, (), ["tables=[table3]", "compare_modes=true", "seeds=[1]"])
+    folders = config_status(cfg, CELLS, {"tiny": CELLS[:1]}, tmp_path)
+    assert [st.results.relative_to(tmp_path).as_posix() for st in folders] == [
+        "results/mini", "results/mini-official", "results/mini-tiny"]
+    assert [st.report is not None for st in folders] == [True, False, True]
+    assert [len(st.runs) for st in folders] == [3, 3, 1]
+    official = load(tmp_path, (), ["tables=[]", "fidelity=official", "seeds=[1]", "extensions=[tiny]"])
+    assert [st.results.name for st in config_status(official, [], {"tiny": CELLS[:1]}, tmp_path)] == [
+        "mini-official-tiny"]

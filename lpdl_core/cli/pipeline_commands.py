@@ -237,28 +237,16 @@ def _cmd_plan(a: argparse.Namespace) -> int:
 def _cmd_status(a: argparse.Namespace) -> int:
     """Whether the run folders, runs.csv and the report match the workflow's config (read as
     Snakemake reads it); exit 0 when everything the config names is current, 1 otherwise."""
-    from ..pipeline.status import folder_status
-    from ..pipeline.wfconfig import modes
+    from ..pipeline.grids import load_grid
+    from ..pipeline.status import config_status
 
     cfg, root, cells = _workflow_config(a)
-    main, *_ = mode_names = list(modes(cfg).items())
+    grids = {name: load_grid(name, root).cells for name in dict.fromkeys(cfg.get("extensions") or ())}
     current = True
-    report_dir = root / cfg["report_dir"]
-    for name, fid in mode_names if cfg["tables"] else ():  # tables: [] -> the grids alone
-        st = folder_status(cells, root / "results" / name, profile=cfg["profile"], seeds=cfg["seeds"], fidelity=fid,
-                           report_dir=report_dir if name == main[0] else None, tables=cfg["tables"])
+    for st in config_status(cfg, cells, grids, root):
         for line in st.lines(limit=None if a.all else 20):
             print(line)
         current &= st.current
-    if cfg.get("extensions"):  # each extension grid's folder, in the config's mode
-        from ..pipeline.grids import grid_folder, load_grid
-
-        for grid in dict.fromkeys(cfg["extensions"]):
-            st = folder_status(load_grid(grid, root).cells, root / "results" / grid_folder(main[0], grid),
-                               profile=cfg["profile"], seeds=cfg["seeds"], fidelity=main[1], report_dir=report_dir)
-            for line in st.lines(limit=None if a.all else 20):
-                print(line)
-            current &= st.current
     if not current:
         log.info("status: not everything is current; `snakemake` (with the same --configfile/--config) "
                  "brings it up to date")

@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..config import Fidelity
 from .prefetch import manifest_serves, request_args
-from .status import folder_status
+from .status import config_status
 
 
 def planned_rules(workflow) -> set[str] | None:
@@ -61,24 +60,15 @@ def prefetch_before_training(*, profile: str, request: Mapping, manifest: str | 
         raise SystemExit(1)  # before any job: nothing was started
 
 
-def check_results_current(cells: Iterable, *, profile: str, seeds: Iterable[int], modes: Mapping[str, Fidelity],
-                          report_results: str, report_dir: str | Path, tables: Iterable[str],
-                          grids: Mapping[str, Iterable] | None = None) -> None:
-    """After the default target is built: runs.csv of every results folder holds exactly the run
-    files the config names, and the report (shown from `report_results`) is newer than runs.csv
-    and the tables. Otherwise the problems, one line each, then one error line and SystemExit(1):
-    "100% done" never stands beside a report that does not match the files and the config.
-    Damaged runs (and runs of other settings put there by hand), which the report marks as such,
-    are named one line each without failing. grids: each extension grid's results folder name ->
-    its cells (in the report's fidelity mode), held to the same standard (the report, which shows
-    them, newer than their runs.csv too)."""
-    cells, seeds, tables = list(cells), list(seeds), list(tables)
-    folders = [folder_status(cells, Path("results") / name, profile=profile, seeds=seeds, fidelity=fid,
-                             report_dir=report_dir if name == report_results else None, tables=tables)
-               for name, fid in (modes.items() if tables else ())]  # tables: [] -> the grids alone
-    folders += [folder_status(list(grid_cells), Path("results") / name, profile=profile, seeds=seeds,
-                              fidelity=modes[report_results], report_dir=report_dir)
-                for name, grid_cells in (grids or {}).items()]
+def check_results_current(config: Mapping, cells: Iterable, grids: Mapping[str, Iterable]) -> None:
+    """After the default target is built: runs.csv of every results folder the resolved config
+    writes holds exactly the run files the config names, and the report is newer than runs.csv
+    and the tables (status.config_status, which `lpdl status` prints). Otherwise the problems,
+    one line each, then one error line and SystemExit(1): "100% done" never stands beside a
+    report that does not match the files and the config. Damaged runs (and runs of other settings
+    put there by hand), which the report marks as such, are named one line each without failing.
+    grids: each extension grid's name -> its cells."""
+    folders = config_status(config, cells, grids)
     for st in folders:
         if not st.current:
             for line in st.lines(limit=10):

@@ -170,3 +170,26 @@ def folder_status(cells: Iterable[Cell], results: str | Path, *, profile: str, s
     extra = tuple(sorted(f"{c} seed {s}" for c, s in (aggregated or {}) if (c, s) not in named))
     report = report_state(Path(report_dir), results, tables) if report_dir is not None else None
     return FolderStatus(results=results, runs=states, report=report, extra=extra)
+
+
+def config_status(config: Mapping, cells: Iterable[Cell], grids: Mapping[str, Iterable[Cell]],
+                  root: str | Path = ".") -> list[FolderStatus]:
+    """The state of every results folder a resolved workflow config writes (wfconfig.resolve), in
+    the workflow's directory root: the paper cells' folder in each mode (none with tables: []),
+    then each extension grid's folder (grids: name -> its cells) in the config's mode. The report
+    is checked with the folder it shows first and with every grid's. One home for the list that
+    `lpdl status` and the check after `snakemake` (hooks.check_results_current) both hold."""
+    from .grids import grid_folder
+    from .wfconfig import modes
+
+    root, folder_modes, cells = Path(root), modes(config), list(cells)
+    main = next(iter(folder_modes))
+    report_dir = root / config["report_dir"]
+    common = dict(profile=config["profile"], seeds=config["seeds"])
+    out = [folder_status(cells, root / "results" / name, fidelity=fid, tables=config["tables"],
+                         report_dir=report_dir if name == main else None, **common)
+           for name, fid in (folder_modes.items() if config["tables"] else ())]
+    out += [folder_status(list(grid_cells), root / "results" / grid_folder(main, name), fidelity=folder_modes[main],
+                          report_dir=report_dir, **common)
+            for name, grid_cells in grids.items()]
+    return out
