@@ -255,6 +255,35 @@ def test_the_planner_counts_the_stacks_the_jobs_form():
     assert batch_plan(c0) == (196, 6250) and batch_plan(c8) == (196, 6249)
 
 
+def test_the_planner_and_the_run_agree_on_every_partitions_batches():
+    """The paper-profile planner (pipeline.jobs.batch_plan, torch-free, on the dataset's class sizes)
+    and the training run (training.pack.batch_plan, on the loaded labels) give a cell the same
+    (iterations per epoch, L): the skew split's L is its largest shard, a Dirichlet split's its
+    mean shard (partition.epoch_samples), so Dirichlet cells of any alpha stack together."""
+    from types import SimpleNamespace
+
+    from lpdl_core.decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes
+    from lpdl_core.pipeline.runcell import plan_cell
+    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.jobs import batch_plan as planned
+    from lpdl_core.training.pack import batch_plan as trained
+
+    cells = load_grid("heterogeneity").cells
+    alphas = {c.dirichlet_alpha for c in cells}
+    assert {1.0, 0.1, 0.01} <= alphas and None in alphas
+    labels = torch.from_numpy(labels_from_class_sizes(KNOWN_CLASS_SIZES["cifar10"]))
+    split = SimpleNamespace(y_train=labels)
+    seen = {}
+    for c in cells:
+        if c.topology != "ring" or c.precision != "fp32" or c.algorithm != "ds" or c.compression:
+            continue
+        p = plan_cell(c, "paper", seed=c.seed)
+        assert planned(c) == trained(split, p.topology, p.run), c.cell_id
+        seen[c.dirichlet_alpha if c.dirichlet_alpha is not None else f"skew {c.skew}"] = planned(c)
+    assert {seen[a] for a in (1.0, 0.1, 0.01)} == {(196, 6250)}  # 50,000 / 8 at batch 32
+    assert seen["skew 0.8"] == (196, 6249)
+
+
 def test_a_pack_is_billed_by_its_measured_step_or_as_its_solo_steps():
     from lpdl_core.pipeline.cells import load_cells
     from lpdl_core.pipeline.runtime import StepTimes

@@ -26,12 +26,11 @@ from torch import nn
 
 from ..data.augment import augment_batch
 from ..data.base import DataSplit
-from ..data.sampler import NodeSampler
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, evaluate_cells
 from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.optim import OptimCfg
-from ..decentral.partition import epoch_samples, histograms, node_partition
+from ..decentral.partition import histograms
 from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
@@ -57,9 +56,7 @@ class PackedRun:
 def batch_plan(split: DataSplit, topology: Topology, run: RunCfg) -> tuple[int, int]:
     """(iterations per epoch, samples per node per epoch) of a run: cells stack only when equal."""
     labels = split.y_train.numpy()
-    parts = node_partition(labels, topology.n, skew=run.skew, dirichlet_alpha=run.dirichlet_alpha,
-                           seed=run.partition_seed)
-    s = NodeSampler(parts, run.batch_size, seed=run.partition_seed, epoch_len=epoch_samples(parts, run.dirichlet_alpha))
+    s = run.sampler(run.partition(labels, topology.n))
     return s.iters_per_epoch, s.epoch_len
 
 
@@ -108,8 +105,7 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
     t0 = time.perf_counter()
     run = runs[0].run  # the shared protocol (SHARED)
     labels = split.y_train.numpy()
-    parts = [node_partition(labels, r.topology.n, skew=r.run.skew, dirichlet_alpha=r.run.dirichlet_alpha,
-                            seed=r.run.partition_seed) for r in runs]
+    parts = [r.run.partition(labels, r.topology.n) for r in runs]
     hists = [histograms(p, labels, num_classes=split.num_classes) for p in parts]
     members = [PackMember(topology=r.topology, gossip=r.gossip, seed=r.run.partition_seed) for r in runs]
     engine = replace(engine, seed=members[0].seed)
@@ -135,8 +131,7 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
         return torch.cat(xs), torch.cat(ys)
 
     shared = engine.rng_streams == "shared"
-    samplers = [NodeSampler(p, run.batch_size, seed=r.run.partition_seed, shared=shared,
-                            epoch_len=epoch_samples(p, r.run.dirichlet_alpha)) for p, r in zip(parts, runs)]
+    samplers = [r.run.sampler(p, shared=shared) for p, r in zip(parts, runs)]
     iters = samplers[0].iters_per_epoch
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
     K = len(runs)

@@ -112,6 +112,18 @@ class RunCfg:
             return min(self.final_gossip_rounds, max(iters_per_epoch - 1, 0))
         return self.final_gossip_rounds
 
+    def partition(self, labels: np.ndarray, n: int) -> list[np.ndarray]:
+        """The run's n node shards of the training labels: its skew or Dirichlet split, seeded
+        by its partition seed (lpdl_core.decentral.partition.node_partition)."""
+        return node_partition(labels, n, skew=self.skew, dirichlet_alpha=self.dirichlet_alpha,
+                              seed=self.partition_seed)
+
+    def sampler(self, parts, *, shared: bool = False) -> NodeSampler:
+        """The run's minibatches over its shards: its batch, its partition seed, and the epoch
+        length L its partition kind gives (lpdl_core.decentral.partition.epoch_samples)."""
+        return NodeSampler(parts, self.batch_size, seed=self.partition_seed, shared=shared,
+                           epoch_len=epoch_samples(parts, self.dirichlet_alpha))
+
     def tests_before_gossip(self, it: int, iters_per_epoch: int) -> bool:
         """Whether step `it` of an epoch is the one whose pre-gossip models the epoch tests."""
         return self.epoch_test == "before-last-gossip" and it == iters_per_epoch - 1
@@ -189,8 +201,7 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     """
     t0 = time.perf_counter()
     labels = split.y_train.numpy()
-    parts = node_partition(labels, topology.n, skew=run.skew, dirichlet_alpha=run.dirichlet_alpha,
-                           seed=run.partition_seed)
+    parts = run.partition(labels, topology.n)
     hist = histograms(parts, labels, num_classes=split.num_classes)
     def fresh() -> tuple[Simulator, torch.Generator]:
         kw = dict(topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
@@ -218,8 +229,7 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
         return xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
 
     shared = engine.rng_streams == "shared"
-    sampler = NodeSampler(parts, run.batch_size, seed=run.partition_seed, shared=shared,
-                          epoch_len=epoch_samples(parts, run.dirichlet_alpha))
+    sampler = run.sampler(parts, shared=shared)
     # a NodeProcess trains its own row: the augmentation draws the whole batch's randomness, applies its row's
     # (shared streams: every node, this one too, draws what one node draws)
     part = None if sim.rows == slice(None) or shared else (sim.rows.start, topology.n)
