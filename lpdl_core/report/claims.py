@@ -27,6 +27,7 @@ import statistics
 from typing import Callable, Iterable
 
 from .data import not_learned_cells, per_seed_acc, rows_of
+from .effects import seed_effects
 from .model import Claim, ReportData
 
 MIN_PAIRS = 2
@@ -42,16 +43,10 @@ def _ok_rows(data: ReportData, tables: Iterable[str]) -> list[dict]:
 
 
 def _seed_effects(data: ReportData, pairs) -> list[float]:
-    """The claim's effect seed by seed: mean over pairs of acc_s(a) - acc_s(b)."""
+    """The claim's effect seed by seed: mean over pairs of acc_s(a) - acc_s(b) (effects.seed_effects,
+    with no per-seed learned filter: the claim's rows are already those that learned on average)."""
     acc = per_seed_acc(data)
-    seeds = sorted({s for _, s in acc})
-    out = []
-    for s in seeds:
-        d = [acc[a["cell_id"], s] - acc[b["cell_id"], s] for a, b in pairs
-             if (a["cell_id"], s) in acc and (b["cell_id"], s) in acc]
-        if d:
-            out.append(statistics.fmean(d))
-    return out
+    return seed_effects(pairs, acc, sorted({s for _, s in acc}), {}, key=lambda r: r["cell_id"])[0]
 
 
 def _pairs(rows: list[dict], axis: str, a, b) -> list[tuple[dict, dict]]:
