@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import NORMS
 from .layers import QuantMeasure
 from .params import OwnRangeParams
 from .quantizer import QuantCfg, quantize, quantize_grad
-from .range_bn import RANGE_CONST, RangeBatchNorm2d, RangeBNAct, check_4d, range_scale_fix  # noqa: F401
+from .range_bn import RANGE_CONST, RangeBatchNorm2d, RangeBNAct, ReluAfter, check_4d, range_scale_fix  # noqa: F401
 from .range_fused import group_scale, range_evonorm
 
 
@@ -214,7 +213,7 @@ class RangeEvoNorm(OwnRangeParams, nn.Module):
                 f"activation={self.activation}, {prec}")
 
 
-class BatchNormAct(nn.BatchNorm2d):
+class BatchNormAct(ReluAfter, nn.BatchNorm2d):
     """nn.BatchNorm2d then ReLU (same parameters/buffers as BatchNorm2d: .weight is γ);
     relu=False: the norm alone (where a ResNet's BN has no ReLU after it)."""
 
@@ -222,27 +221,13 @@ class BatchNormAct(nn.BatchNorm2d):
         super().__init__(num_features)
         self.relu = relu
 
-    def extra_repr(self) -> str:
-        return super().extra_repr() + ("" if self.relu else ", relu=False")
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = super().forward(x)
-        return F.relu(y) if self.relu else y
-
-
-class GroupNormAct(nn.GroupNorm):
+class GroupNormAct(ReluAfter, nn.GroupNorm):
     """nn.GroupNorm (official: 2 groups) then ReLU; .weight is γ; relu=False: the norm alone."""
 
     def __init__(self, num_features: int, groups: int = 2, eps: float = 1e-5, *, relu: bool = True):
         super().__init__(groups, num_features, eps=eps)
         self.relu = relu
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + ("" if self.relu else ", relu=False")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = super().forward(x)
-        return F.relu(y) if self.relu else y
 
 
 # Kinds whose nonlinearity is a ReLU after the norm, as in He et al.'s ResNet and the official

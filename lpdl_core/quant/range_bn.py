@@ -112,13 +112,11 @@ class RangeBatchNorm2d(nn.Module):
         return f"{self.num_features}, chunks={self.chunks}, momentum={self.momentum}, eps={self.eps}, {prec}"
 
 
-class RangeBNAct(RangeBatchNorm2d):
-    """RangeBatchNorm2d then ReLU (a drop-in for the activation-carrying EvoNorms);
-    relu=False: the norm alone."""
+class ReluAfter:
+    """Mixin for a norm module: its output, then ReLU; relu=False (set by the subclass): the norm
+    alone. A plain attribute, so the module's parameters and buffers are the norm's."""
 
-    def __init__(self, num_features: int, *, relu: bool = True, **kwargs):
-        super().__init__(num_features, **kwargs)
-        self.relu = relu
+    relu: bool
 
     def extra_repr(self) -> str:
         return super().extra_repr() + ("" if self.relu else ", relu=False")
@@ -126,3 +124,12 @@ class RangeBNAct(RangeBatchNorm2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = super().forward(x)
         return F.relu(y) if self.relu else y
+
+
+class RangeBNAct(ReluAfter, RangeBatchNorm2d):
+    """RangeBatchNorm2d then ReLU (a drop-in for the activation-carrying EvoNorms);
+    relu=False: the norm alone."""
+
+    def __init__(self, num_features: int, *, relu: bool = True, **kwargs):
+        super().__init__(num_features, **kwargs)
+        self.relu = relu
