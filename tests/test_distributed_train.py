@@ -227,7 +227,7 @@ def test_a_killed_rank_fails_lpdl_train_in_time(tmp_path):
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "2"})
     deadline = time.monotonic() + 300
-    while not (out / f"checkpoint.rank2of4.pt").exists() and time.monotonic() < deadline:
+    while not (out / "checkpoint.rank2of4.pt").exists() and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.2)
     pid = _rank_pid(2)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from ..config import DATASET_SPECS, DATASETS, PAPER_DATASETS, STANDIN_DATASETS as STANDINS
+from ..config import DATASET_SPECS, DATASETS
+from ..config import PAPER_DATASETS, STANDIN_DATASETS as STANDINS  # noqa: F401 (lpdl_core.data re-exports them)
 from .base import DataSplit, DatasetMissing
 
 
