@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from lpdl_core import config
+from lpdl_core.pipeline.wfconfig import with_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +72,7 @@ def test_the_library_names_are_the_vocabulary():
 def test_schema_takes_its_enums_from_the_vocabulary():
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     assert "enum:" not in (ROOT / "workflow/schemas/config.schema.yaml").read_text()  # no sixth copy
-    props = config.with_vocabulary(schema)["properties"]
+    props = with_vocabulary(schema)["properties"]
     assert props["profile"]["enum"] == list(config.PROFILES)
     assert props["tables"]["items"]["enum"] == list(config.TABLES)
     assert props["device"]["enum"] == list(config.DEVICES) and props["executor"]["enum"] == list(config.EXECUTORS)
@@ -156,5 +157,5 @@ def test_the_distributed_timeout_has_one_home():
     from lpdl_core.cli import args
     from lpdl_core.pipeline import ranks
     assert args.DEFAULT_TIMEOUT_S == ranks.DEFAULT_TIMEOUT_S == config.DEFAULT_DIST_TIMEOUT_S
-    schema = config.with_vocabulary(yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text()))
+    schema = with_vocabulary(yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text()))
     assert schema["properties"]["dist_timeout"]["default"] == config.DEFAULT_DIST_TIMEOUT_S

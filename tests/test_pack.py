@@ -320,7 +320,7 @@ def test_a_pack_compiles_as_one_graph_and_equals_its_eager_steps():
 def test_the_workflow_config_takes_pack_and_refuses_it_with_distributed_ranks():
     import yaml
 
-    from lpdl_core.config import check_workflow_config
+    from lpdl_core.pipeline.wfconfig import check_workflow_config
     from lpdl_core.errors import ConfigError
 
     cfg = yaml.safe_load(open("config/config.yaml"))

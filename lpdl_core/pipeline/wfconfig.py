@@ -7,14 +7,111 @@ then `--config KEY=VALUE`, each updating the one before (nested mappings key by 
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from ..config import PACKAGE_DIR, Fidelity, check_workflow_config, other_mode, results_name
+from ..config import (CELLS_PER_JOB, COMPILE_MODES, DEFAULT_DIST_TIMEOUT_S, DEVICES, EXECUTORS, FIDELITY_CHOICES,
+                      FIDELITY_PRESETS, GPU_REQUESTS, MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_PACK_SIZE,
+                      MAX_PATH, MAX_RUNTIME_MARGIN, MAX_RUNTIME_MIN, MAX_SEED, MAX_SEEDS, MAX_THREADS, PACKAGE_DIR,
+                      PROFILES, TABLES, Fidelity, other_mode, results_name)
 from ..errors import ConfigError
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # relative to the workflow's directory
 CONFIGFILE = Path("config/config.yaml")                # the Snakefile's configfile
+
+
+def _coerce(value: Any, schema: Mapping) -> Any:
+    """Snakemake hands nested --config values over as strings ('[1,2]' -> ['1', '2']); turn a
+    string into the integer, number or boolean the schema asks for, spelled exactly (booleans:
+    true/false in any case; numbers finite). Anything else is left for validation to reject."""
+    kind = schema.get("type")
+    if kind == "array":
+        if not isinstance(value, list):
+            value = [value]  # seeds=7 means [7]
+        return [_coerce(v, schema.get("items", {})) for v in value]
+    if kind == "object" and isinstance(value, dict):
+        props = schema.get("properties", {})
+        return {k: _coerce(v, props.get(k, {})) for k, v in value.items()}
+    if isinstance(value, str):
+        text = value.strip()
+        if kind == "integer" and re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+        if kind == "number" and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?", text):
+            return float(text)
+        if kind == "boolean" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+    return value
+
+
+def with_vocabulary(schema: Mapping) -> dict:
+    """The workflow schema with this module's names as the enums of the keys that take them (the
+    YAML schema does not repeat them)."""
+    import copy
+
+    out = copy.deepcopy(dict(schema))
+    props = out["properties"]
+    for key, names in (("profile", PROFILES), ("device", DEVICES), ("executor", EXECUTORS),
+                       ("cells_per_job", CELLS_PER_JOB), ("gpu_request", GPU_REQUESTS),
+                       ("compile_mode", COMPILE_MODES)):
+        props[key]["enum"] = list(names)
+    props["tables"]["items"]["enum"] = list(TABLES)
+    props["tables"]["maxItems"] = len(TABLES)
+    props["seeds"]["items"]["maximum"] = MAX_SEED
+    props["seeds"]["maxItems"] = MAX_SEEDS
+    props["demo"]["properties"]["nodes"]["maximum"] = MAX_NODES["demo"]
+    props["demo"]["properties"]["epochs"]["maximum"] = MAX_DEMO_EPOCHS
+    props["dist_timeout"]["maximum"] = MAX_DIST_TIMEOUT_S
+    props["dist_timeout"]["default"] = DEFAULT_DIST_TIMEOUT_S
+    props["threads_per_job"]["maximum"] = MAX_THREADS
+    props["pack_size"]["maximum"] = MAX_PACK_SIZE
+    props["max_runtime"]["maximum"] = MAX_RUNTIME_MIN
+    props["runtime_margin"]["maximum"] = MAX_RUNTIME_MARGIN
+    for key in ("paper_dir", "report_dir", "data_root", "step_times"):
+        props[key]["maxLength"] = MAX_PATH
+    fid = props["fidelity"]["oneOf"]
+    fid[0]["enum"] = list(FIDELITY_PRESETS)
+    for key, allowed in FIDELITY_CHOICES.items():
+        fid[1]["properties"][key] = {"enum": list(allowed)}
+    return out
+
+
+def _check_finite(value: Any, key: str = "") -> None:
+    """ConfigError naming the key of the first NaN or infinity: Snakemake parses `x=nan` and
+    `x=inf` as floats, and NaN passes every minimum and maximum of a JSON schema."""
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key or '(top level)'}: {value} is not a finite number")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        _check_finite(v, f"{key}/{k}" if key else str(k))
+
+
+def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
+    """The config with --config strings coerced to the schema's types, validated against the
+    schema with the vocabulary's enums (with_vocabulary); ConfigError naming the first bad key
+    otherwise."""
+    import jsonschema
+
+    schema = with_vocabulary(schema)
+    cfg = _coerce(dict(config), schema)
+    _check_finite(cfg)
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(cfg))
+    if err is not None:
+        key = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        if err.validator in ("maxLength", "maxItems"):  # jsonschema would repeat the whole value
+            unit = "characters" if err.validator == "maxLength" else "items"
+            raise ConfigError(f"{key}: {len(err.instance)} {unit}, more than the maximum of {err.validator_value}")
+        raise ConfigError(f"{key}: {err.message}")
+    if cfg.get("compile") and cfg.get("executor") != "batched":
+        raise ConfigError(f"compile: true needs executor: batched, got executor: {cfg.get('executor')}")
+    if cfg.get("compile") and cfg.get("fused_quant"):
+        raise ConfigError("fused_quant: true and compile: true are alternatives (compile fuses the whole step)")
+    if cfg.get("cells_per_job") == "pack" and cfg.get("executor") == "distributed":
+        raise ConfigError("cells_per_job: pack needs executor: loop or batched (a pack runs in one process), "
+                          "got executor: distributed")
+    return cfg
 
 
 def resolve(config: Mapping, schema: Mapping) -> dict:
