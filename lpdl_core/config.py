@@ -95,7 +95,7 @@ LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach 
 MINI_STANDINS = {
     "resnet20": ("mini-resnet20", "CIFAR ResNet depth 8 (1 block per stage), widths 16/32/64"),
     "resnet54": ("mini-resnet54", "CIFAR ResNet depth 14 (2 blocks per stage), widths 16/32/64"),
-    "vgg11": ("mini-vgg11", "VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit MLP head, no dropout"),
+    "vgg11": ("mini-vgg11", "VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit MLP head, dropout 0.5 before it"),
     "resnet18": ("mini-resnet18", "ImageNet-style ResNet, 4 stages 16/32/64/128 at 8/8/4/2 px, 1 block each, "
                                   "3x3 stem"),
     "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),

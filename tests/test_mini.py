@@ -45,6 +45,14 @@ def test_the_mini_protocol_is_part_of_a_runs_identity(monkeypatch):
     old = {"identity": {k: v for k, v in ident.items() if k != "protocol"}}  # written before protocols
     with pytest.raises(RunMismatch, match="protocol.epochs None"):
         check_identity("m.json", old, ident)
+    monkeypatch.setattr(mini, "IMAGE_EPOCHS", 6)
+    check_identity("m.json", stored, run_identity(c, profile="mini", seed=1, fidelity=Fidelity()))
+    # a stand-in of another architecture (its description says so) makes other runs: VGG's before
+    # its dropout was restored are recomputed, not shown as current
+    monkeypatch.setitem(mini.STANDINS, "vgg11", ("mini-vgg11", "VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit "
+                                                 "MLP head, no dropout"))
+    with pytest.raises(RunMismatch, match="protocol.standin"):
+        check_identity("m.json", stored, run_identity(c, profile="mini", seed=1, fidelity=Fidelity()))
 
 
 def test_a_cells_mini_epochs_set_its_mini_run_and_identity():
@@ -102,6 +110,8 @@ def test_each_paper_model_has_its_own_standin_of_its_family():
     r20, r54 = build_standin("resnet20"), build_standin("resnet54")
     assert r54.blocks_per_stage > r20.blocks_per_stage          # ResNet-54 deeper than ResNet-20
     assert sum(isinstance(m, torch.nn.MaxPool2d) for m in build_standin("vgg11").modules()) == 3
+    drops = [m for m in build_standin("vgg11").modules() if isinstance(m, torch.nn.Dropout)]
+    assert [m.p for m in drops] == [0.5] and "dropout 0.5" in STANDINS["vgg11"][1]  # the paper's, before the head
     assert len(set(sizes.values())) == len(sizes)               # no two stand-ins the same net
     lp = build_standin("resnet20", precision="int8")
     assert type(lp.conv1).__name__ == "QConv2d"

@@ -11,8 +11,10 @@ sized for the 8x8 digits stand-in so the whole grid trains on a laptop.
 
 Each stand-in is built by its paper model's own class (same blocks, norms, 8-bit layers and
 initialisation), only with fewer or narrower stages: precision, norm kind and the quantizer
-settings pass through unchanged. Names and descriptions: lpdl_core.config.MINI_STANDINS (torch-free). VGG's dropout is off in the stand-in (with a few hundred steps
-it only slows learning); that is recorded in every run's mapping.
+settings pass through unchanged. Names and descriptions: lpdl_core.config.MINI_STANDINS (torch-free),
+whose description of a stand-in is part of its runs' identity. VGG's classifier keeps the paper's
+dropout 0.5: without it the classifier's hidden ReLUs of the single-node 8-bit stand-in died at
+the warm-up peak in more seeds (docs/mini-profile.md, "The one fragile cell").
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def _resnet54(num_classes, norm, qcfg):
 
 def _vgg11(num_classes, norm, qcfg):
     return VGG(num_classes, norm, qcfg, "cifar10", cfg=(32, 32, "M", 64, 64, "M", 128, "M"), hidden=128,
-               dropout=0.0)
+               dropout=0.5)
 
 
 def _resnet18(num_classes, norm, qcfg):

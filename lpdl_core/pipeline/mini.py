@@ -57,6 +57,7 @@ class MiniRun:
     dataset: str
     dataset_kwargs: tuple[tuple[str, object], ...]
     model: str                  # the stand-in's name
+    standin: str                # what the stand-in is (part of the runs' identity)
     epochs: int
     lr: float
     batch_per_node: int
@@ -92,19 +93,19 @@ def mini_run(cell) -> MiniRun:
                    f"pretrained ones on their top {TINY_DISTILBERT['dim']} principal components",
                    _epochs_line(cell, epochs), f"lr {cell.lr:g} -> {lr:g}"]
         kwargs = (("max_length", TEXT_MAX_LENGTH), ("tokenizer", "minilm"))
-        model = "distilbert-tiny"
+        model, what = "distilbert-tiny", f"tiny DistilBERT ({tiny}), frozen MiniLM word embeddings"
     else:
         dataset, epochs, lr = "digits", _own_epochs(cell) or IMAGE_EPOCHS, cell.lr
         name, note = standin(cell.model)
         mapping = [f"dataset {cell.dataset} -> digits stand-in (native {IMAGE_SIZE} px, no augmentation)",
                    f"model {cell.model} -> {name}: {note}", _epochs_line(cell, epochs)]
         kwargs = (("augment", "none"), ("image_size", IMAGE_SIZE), ("standin_for", cell.dataset))
-        model = name
+        model, what = name, note
     schedule = (f"lr schedule {cell.lr_schedule} -> per-step linear warm-up over "
                 f"{WARMUP_FRACTION:.0%} of the steps, then cosine to 0")
     mapping += common + [schedule,
                          f"per-epoch curve on {CURVE_EVAL_SAMPLES} test samples (final metrics on the whole test set)"]
-    return MiniRun(dataset=dataset, dataset_kwargs=kwargs, model=model, epochs=epochs, lr=lr,
+    return MiniRun(dataset=dataset, dataset_kwargs=kwargs, model=model, standin=what, epochs=epochs, lr=lr,
                    batch_per_node=batch, schedule="cosine", warmup_fraction=WARMUP_FRACTION,
                    mapping=tuple(mapping))
 
@@ -112,9 +113,12 @@ def mini_run(cell) -> MiniRun:
 def protocol(cell) -> dict:
     """What the mini protocol makes of a cell, as part of its runs' identity (runstore): a change
     of the protocol (epochs, lr, batch, schedule, stand-ins) makes the runs of the earlier one
-    other runs, recomputed, never shown as current. The mapping's wording is left out."""
+    other runs, recomputed, never shown as current. A stand-in enters as its description
+    (lpdl_core.config.MINI_STANDINS), so a change of its architecture is a change of that line.
+    The rest of the mapping's wording is left out."""
     m = mini_run(cell)
     return {"dataset": m.dataset, "dataset_kwargs": {k: v for k, v in m.dataset_kwargs}, "model": m.model,
+            "standin": m.standin,
             "epochs": m.epochs, "lr": m.lr, "batch_per_node": m.batch_per_node, "schedule": m.schedule,
             "warmup_fraction": m.warmup_fraction}
 
