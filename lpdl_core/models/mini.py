@@ -14,7 +14,7 @@ initialisation), only with fewer or narrower stages: precision, norm kind and th
 settings pass through unchanged. Names and descriptions: lpdl_core.config.MINI_STANDINS (torch-free),
 whose description of a stand-in is part of its runs' identity. VGG's classifier keeps the paper's
 dropout 0.5: without it the classifier's hidden ReLUs of the single-node 8-bit stand-in died at
-the warm-up peak in more seeds (docs/mini-profile.md, "The one fragile cell").
+the warm-up peak in more seeds (docs/mini-profile.md, "The learning rate, and the one fragile cell").
 """
 from __future__ import annotations
 
