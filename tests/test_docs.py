@@ -4,6 +4,7 @@ instead of words about when in the work they were taken."""
 from __future__ import annotations
 
 import re
+import tomllib
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,9 @@ def test_license_is_mit():
     assert lic.is_file()
     first = lic.read_text(encoding="utf-8").splitlines()[0]
     assert "MIT" in first and "license" in first.lower()
+    # the package metadata says the same, as an SPDX expression (the table form is deprecated)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
 
 
 def test_readme_dates_its_measurements():
