@@ -39,6 +39,11 @@ def _figure_bytes() -> tuple[bytes, bytes]:
 
 @pytest.fixture(scope="module")
 def report():
+    return report_parts()
+
+
+def report_parts():
+    """(header, tables, claims, figures) of a small hostile-named report (the `report` fixture)."""
     png, pdf = _figure_bytes()
     header = Header(title="LP-DL report <mini>", profile="mini",
                     profile_note="Stand-in data & tiny models.",

@@ -15,7 +15,12 @@ from lpdl_core.report.effects_view import effects_html, effects_tex
 from lpdl_core.report.latex import build_pdf, table_tex, write_latex
 from lpdl_core.report.model import Entry, Row
 
-from test_report_render import EFFECTS, HOSTILE, IN_CI, NO_LATEX, _hostile_report, report  # noqa: F401
+from test_report_render import EFFECTS, HOSTILE, IN_CI, NO_LATEX, _hostile_report, report_parts
+
+
+@pytest.fixture(scope="module")
+def report():
+    return report_parts()
 
 
 def test_effects_view_tex():
