@@ -87,6 +87,37 @@ def test_epochs_depend_on_the_data_kind_only():
     assert len(image) == 1 and len(text) == 1
 
 
+# What each stand-in builds (sha256 of its FP and 8-bit module trees' repr, first 16 hex digits),
+# beside the description that stands for it in its runs' identity (pipeline.mini.protocol).
+STANDIN_TREES = {
+    "resnet20": ("CIFAR ResNet depth 8 (1 block per stage), widths 16/32/64", "c862bb0c66c9100d"),
+    "resnet54": ("CIFAR ResNet depth 14 (2 blocks per stage), widths 16/32/64", "93f53a57e682ba94"),
+    "vgg11": ("VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit MLP head, dropout 0.5 before it", "365a4fbbd0ac3ee4"),
+    "resnet18": ("ImageNet-style ResNet, 4 stages 16/32/64/128 at 8/8/4/2 px, 1 block each, 3x3 stem",
+                 "fa702ef3ec3afde8"),
+    "mobilenetv2": ("MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128", "083c84fcc0033a74"),
+}
+
+
+def test_a_standins_description_changes_with_its_architecture():
+    """A stand-in enters its runs' identity as its description, so a builder changed without its
+    description would leave runs of the old architecture current. Each builder's module trees are
+    pinned here with the description: a change of one fails until both are updated (the
+    description too if the architecture changed, so that its runs are recomputed; only the hash if
+    just a repr's wording changed)."""
+    import hashlib
+
+    from lpdl_core.models.mini import build_standin
+
+    assert set(STANDIN_TREES) == set(STANDINS)
+    for model, (_, description) in STANDINS.items():
+        trees = "\n".join(repr(build_standin(model, precision=p)) for p in ("fp32", "int8"))
+        got = (description, hashlib.sha256(trees.encode()).hexdigest()[:16])
+        assert got == STANDIN_TREES[model], (
+            f"{model}: the stand-in's module tree or its description (config.MINI_STANDINS) changed; "
+            f"if the architecture changed, change the description too; then set {got}")
+
+
 def test_each_paper_model_has_its_own_standin_of_its_family():
     import torch
 
