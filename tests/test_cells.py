@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lpdl_core.pipeline.cells import PAPER_DIR, COLUMNS, Cell, cells_by_id, expected_counts, load_cells
+from lpdl_core.pipeline.cell import Cell
+from lpdl_core.pipeline.cells import PAPER_DIR, COLUMNS, cells_by_id, expected_counts, load_cells
 
 # The paper's text (arXiv 2111.09389 v1 as plain text, tables tab-separated) does not ship with the
 # repository; set LPDL_PAPER_TXT to a copy to check every paper_acc against it.

@@ -56,7 +56,7 @@ def test_the_library_names_are_the_vocabulary():
     """Modules that name their own choices re-export the vocabulary's tuples (no copies)."""
     from lpdl_core.decentral import optim, topology
     from lpdl_core.models import registry as models
-    from lpdl_core.pipeline import cells, jobs
+    from lpdl_core.pipeline import cell, cells, jobs
     from lpdl_core.quant import norms
     from lpdl_core.training import schedule
 
@@ -65,8 +65,8 @@ def test_the_library_names_are_the_vocabulary():
     assert jobs.CELLS_PER_JOB is config.CELLS_PER_JOB and models.MODELS is config.CNN_MODELS
     from lpdl_core.decentral.algorithms import ALGORITHMS
     assert ALGORITHMS is config.ALGORITHMS
-    assert cells.NAMES["precision"] is config.PRECISIONS and set(cells.expected_counts) == set(config.TABLES)
-    assert set(cells.NAMES["model"]) == set(config.MODELS)
+    assert cell.NAMES["precision"] is config.PRECISIONS and set(cells.expected_counts) == set(config.TABLES)
+    assert set(cell.NAMES["model"]) == set(config.MODELS)
 
 
 def test_schema_takes_its_enums_from_the_vocabulary():

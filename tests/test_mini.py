@@ -279,7 +279,7 @@ def test_a_mini_run_key_reads_every_column_its_run_depends_on():
     compressor (extension columns) never share a run, and QSGD at 0 % is not D-PSGD."""
     from dataclasses import fields, replace
 
-    from lpdl_core.pipeline.cells import Cell
+    from lpdl_core.pipeline.cell import Cell
     from lpdl_core.pipeline.mini import RUN_AXES, gossip_kind
 
     not_read = {"table", "block", "notes", "paper_acc", "epochs", "lr_schedule", "milestones", "seed", "algorithm"}

@@ -24,7 +24,7 @@ from typing import Iterable
 import pandas as pd
 
 from ..config import LEARNED_MARGIN
-from .cells import Cell
+from .cell import Cell
 from .shapes import SHAPES
 from .tidy import CURVES_FILE, RUNS_FILE, read_runs, write_frame
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from .cells import Cell
+from .cell import Cell
 from .jobs import plan_jobs
 from .runtime import StepTimes, job_runtime, startup_minutes
 

@@ -33,7 +33,8 @@ import yaml
 
 from ..config import TABLES
 from ..errors import ConfigError
-from .cells import GRID_NAME, Cell, CellError, _convert
+from .cell import GRID_NAME, Cell, CellError
+from .cells import _convert
 
 EXTENSIONS_DIR = Path("config") / "extensions"   # relative to the working directory (the workflow's)
 CELL_COLUMNS = {f.name for f in fields(Cell)}

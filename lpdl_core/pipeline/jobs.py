@@ -90,7 +90,7 @@ def _pack_job_name(block_job: str, cell, taken: set[str]) -> str:
 
 
 def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job]:
-    """The training jobs for `cells` (lpdl_core.pipeline.cells.Cell, in paper order)."""
+    """The training jobs for `cells` (lpdl_core.pipeline.cell.Cell, in paper order)."""
     from .mini import same_runs
 
     per = cells_per_job or default_cells_per_job(profile)

@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
-from .cells import EXTENSION_COLUMNS, SPARSIFIERS
+from .cell import SPARSIFIERS
+from .cells import EXTENSION_COLUMNS
 
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
@@ -81,7 +82,7 @@ def _epochs_line(cell, epochs: int) -> str:
 
 
 def mini_run(cell) -> MiniRun:
-    """The mini protocol of one cell (an lpdl_core.pipeline.cells.Cell)."""
+    """The mini protocol of one cell (an lpdl_core.pipeline.cell.Cell)."""
     batch = mini_batch(cell.batch_per_node)
     common = [f"batch per node {cell.batch_per_node} -> {batch} (global batch / {BATCH_DIVISOR}, every table)"]
     if cell.model == "distilbert":

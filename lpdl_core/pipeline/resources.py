@@ -20,7 +20,7 @@ from typing import Iterable, Mapping
 
 from ..config import GPU_REQUESTS
 from ..errors import ConfigError
-from .cells import Cell
+from .cell import Cell
 from .jobs import Job
 from .runtime import StepTimes, job_runtime
 

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..quant.quantizer import QuantCfg
 from ..training.schedule import ScheduleCfg
 from ..training.train import RunCfg, train
-from .cells import Cell
+from .cell import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .own_momentum import OWN_MOMENTUM
 from .ranks import Group

@@ -18,7 +18,7 @@ from typing import Callable
 
 from ..config import Fidelity
 from ..errors import LpdlError
-from .cells import Cell
+from .cell import Cell
 from .jobs import pack_key
 from .runcell import Plan, finished_run, plan_cell, run_cell, run_config, write_run
 from .runlock import hold_run_folder

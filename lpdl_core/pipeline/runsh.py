@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from .cells import Cell, by_cell_id
+from .cell import Cell
+from .cells import by_cell_id
 
 RUNSH_URL = "https://github.com/aparna-aketi/Low_Precision_DL/blob/main/run.sh"
 RUNSH_LINES = 28

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 
 from ..config import PRECISIONS
 from ..errors import ConfigError
-from .cells import Cell
+from .cell import Cell
 
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .cells import Cell
+from .cell import Cell
 
 MODEL_NAMES = {"resnet20": "ResNet-20", "resnet54": "ResNet-54", "vgg11": "VGG-11",
                "resnet18": "ResNet-18", "distilbert": "DistilBERT", "mobilenetv2": "MobileNetV2"}

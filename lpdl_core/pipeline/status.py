@@ -26,7 +26,7 @@ from typing import Iterable, Mapping
 
 from ..config import Fidelity
 from ..errors import CorruptFile, RunMismatch
-from .cells import Cell
+from .cell import Cell
 from .runstore import read_run_metrics, run_identity
 from .tidy import RUNS_FILE, file_sha256, run_dir
 

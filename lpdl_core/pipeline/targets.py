@@ -58,7 +58,7 @@ def _at_least(target, seed, cell_id, value, bound) -> Check:
 
 
 def check_targets(results_dir: str | Path, cells, seeds) -> list[Check]:
-    """Every target's check for every seed (cells: lpdl_core.pipeline.cells.Cell, the ones that ran)."""
+    """Every target's check for every seed (cells: lpdl_core.pipeline.cell.Cell, the ones that ran)."""
     results = Path(results_dir)
     out: list[Check] = []
     for seed in seeds:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..config import FIDELITY_CHOICES, Fidelity, fidelity_mode
 from ..errors import CorruptFile, RunMismatch
-from .cells import Cell
+from .cell import Cell
 from .results import CURVE_COLUMNS
 from .runstore import identity_of, read_run_metrics, run_identity, run_key
 from .targets import num_classes

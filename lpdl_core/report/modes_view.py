@@ -19,7 +19,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..pipeline.cells import Cell
+from ..pipeline.cell import Cell
 from ..pipeline.shapes import NORM_NAMES, TABLE_TITLES, block_title, name, variant
 from .model import DELTA_BANDS, LEARNED_MARGIN, NO_NUMBER, ReportData, delta_class
 from .modes import MODE_LABELS, SIDES, headline, mode_labels
