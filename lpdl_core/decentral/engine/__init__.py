@@ -3,7 +3,8 @@ distributed executor (one process per node, `NodeProcess`)."""
 from .distributed import NodeProcess
 from .evaluate import Evaluation, evaluate, evaluate_cells
 from .executors import BatchedExecutor, LoopExecutor
-from .simulator import EngineCfg, Simulator, resolve_device
+from .engine_cfg import EngineCfg, resolve_device
+from .simulator import Simulator
 
 __all__ = ["BatchedExecutor", "EngineCfg", "Evaluation", "LoopExecutor", "NodeProcess",
            "Simulator", "evaluate", "evaluate_cells", "resolve_device"]

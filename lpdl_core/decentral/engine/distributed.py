@@ -63,7 +63,8 @@ from ..compress import REGISTRY, uniform_draws
 from ..optim import OptimCfg
 from ..topology import Topology
 from .executors import LoopExecutor
-from .simulator import EngineCfg, Simulator
+from .engine_cfg import EngineCfg
+from .simulator import Simulator
 
 
 NAME = "distributed"  # its name in lpdl_core.config.EXECUTORS

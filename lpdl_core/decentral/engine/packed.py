@@ -32,7 +32,8 @@ from ..compress import message_bytes
 from ..layout import node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
-from .simulator import EngineCfg, Simulator, restored
+from .engine_cfg import EngineCfg
+from .simulator import Simulator, restored
 
 
 @dataclass(frozen=True, kw_only=True)

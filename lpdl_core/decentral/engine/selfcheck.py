@@ -22,7 +22,8 @@ from ..algorithms import ALGORITHMS, GossipCfg
 from ..compress import CompressorCfg
 from ..topology import GRAPHS, Topology
 from .distributed import NodeProcess
-from .simulator import EngineCfg, Simulator
+from .engine_cfg import EngineCfg
+from .simulator import Simulator
 
 
 def _tiny_model() -> torch.nn.Module:

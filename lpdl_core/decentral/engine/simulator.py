@@ -15,17 +15,13 @@ momentum for them; gossip mixes, compresses and counts them with the weights.
 from __future__ import annotations
 
 import contextlib
-
 import hashlib
-from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...config import DEFAULT_SEED, DEVICES, EXECUTORS, RNG_STREAMS  # noqa: E402
-from ...errors import DeviceUnavailable
 from .. import algorithms, optim
 from ..algorithms.base import GossipCfg, Round
 from ..compress import message_bytes
@@ -33,65 +29,9 @@ from ..layout import Layout, node_parameters
 from ..optim import OptimCfg
 from ..topology import Topology
 from .compiled import CompileCfg, CompiledStep
+from .engine_cfg import EngineCfg, resolve_device
 from .executors import REGISTRY as IN_PROCESS
 from .executors import make_executor
-
-
-@dataclass(frozen=True, kw_only=True)
-class EngineCfg:
-    """How the simulation runs (never what it computes).
-
-    executor: "loop" or "batched" (same math; see executors.py) run all n nodes in this process;
-        "distributed" runs one node per process (`NodeProcess`, whose own forward/backward runs
-        as the loop executor's).
-    device: "auto" picks CUDA when available, else CPU. All node state lives there.
-    seed: seeds model initialisation (identical on all nodes, as the official code) and the
-        compressors' random draws.
-    compile: run each training iteration as one torch.compile graph (batched executor only;
-        engine/compiled.py). compile_mode: torch.compile's mode, "auto" = CUDA graphs on CUDA.
-    rng_streams: "per-node" (each node draws its own randomness: dropout masks, 8-bit rounding
-        noise, and in training its sample order and augmentation) | "shared" (the official code,
-        whose ranks all seed torch identically: every node draws the same values, so nodes with
-        identical shards see identical batches and identical rounding noise).
-    fused_quant: the 8-bit layers' quantizer chains as fused compiled kernels in an eager step
-        (lpdl_core.quant.fused; the trainer switches them on around each step): a few kernels per
-        quantizer instead of about a dozen launches. Same math, not bitwise (own rounding noise).
-        Not with compile (which fuses the whole step) nor with shared streams under the batched
-        executor (the fused kernels draw noise per node).
-    """
-
-    executor: Literal["loop", "batched", "distributed"] = "loop"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    seed: int = DEFAULT_SEED
-    compile: bool = False
-    compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
-    rng_streams: Literal["per-node", "shared"] = "per-node"
-    fused_quant: bool = False
-
-    def __post_init__(self) -> None:
-        if self.rng_streams not in RNG_STREAMS:
-            raise ValueError(f"engine.rng_streams must be one of {', '.join(RNG_STREAMS)}, got {self.rng_streams!r}")
-        if self.executor not in EXECUTORS:
-            raise ValueError(f"engine.executor must be one of {EXECUTORS}, got {self.executor!r}")
-        if self.device not in DEVICES:
-            raise ValueError(f"engine.device must be one of {DEVICES}, got {self.device!r}")
-        CompileCfg(enabled=self.compile, mode=self.compile_mode)  # validates both
-        if self.compile and self.executor != "batched":
-            raise ValueError(f"engine.compile needs engine.executor 'batched', got {self.executor!r}")
-        if self.fused_quant and self.compile:
-            raise ValueError("engine.fused_quant and engine.compile are alternatives: compile fuses the whole step")
-        if self.fused_quant and self.rng_streams == "shared" and self.executor == "batched":
-            raise ValueError("engine.fused_quant draws rounding noise per node; with rng_streams 'shared' "
-                             "use the loop executor")
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceUnavailable("device 'cuda' was asked for but torch sees no CUDA device "
-                                "(use device auto or cpu)")
-    return torch.device(name)
 
 
 class Simulator:
