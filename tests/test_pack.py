@@ -26,7 +26,8 @@ from lpdl_core.decentral.compress import CompressorCfg
 from lpdl_core.decentral.engine import EngineCfg, Simulator
 from lpdl_core.decentral.engine.packed import BlockTopology, PackedSimulator, PackMember
 from lpdl_core.decentral.optim import OptimCfg
-from lpdl_core.decentral.topology import Topology, is_column_stochastic
+from lpdl_core.decentral.spectral import is_column_stochastic
+from lpdl_core.decentral.topology import Topology
 from lpdl_core.training.pack import PackedRun, train_pack
 from lpdl_core.training.train import RunCfg, train
 

@@ -1,21 +1,18 @@
-"""Tests for lpdl_core.decentral.topology against docs/paper-vs-code.md, 'Graphs and mixing weights'
+"""Tests for lpdl_core.decentral.topology and .spectral against docs/paper-vs-code.md, 'Graphs and mixing weights'
 and 'Push-sum weight'."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lpdl_core.decentral.topology import (
-    GRAPHS,
-    Topology,
-    describe,
+from lpdl_core.decentral.spectral import (
     is_column_stochastic,
     is_row_stochastic,
-    mixing_matrix,
     period_product,
     slem,
     spectral_gap,
 )
+from lpdl_core.decentral.topology import GRAPHS, Topology, describe, mixing_matrix
 
 SIZES = (1, 2, 3, 4, 8, 16)
 

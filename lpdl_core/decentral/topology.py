@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import GRAPHS  # the graph names; each is built below
+from .spectral import is_column_stochastic, is_row_stochastic, period_product, slem
 
 # Probability of each extra directed edge in "random-directed". 0.3 keeps the graph sparse
 # enough that in-degrees differ (so W is not row-stochastic and push-sum weights u drift from 1).
@@ -211,77 +212,6 @@ def mixing_matrix(name: str, n: int, t: int = 0, **opts) -> np.ndarray:
         (n, n) float64 column-stochastic array.
     """
     return Topology(name=name, n=n, **opts).W(t)
-
-
-def period_product(topo: Topology, start: int = 0) -> np.ndarray:
-    """Product W(start+period-1) @ ... @ W(start) over one period of the schedule.
-
-    Args:
-        topo: the topology.
-        start: first iteration of the period.
-
-    Returns:
-        (n, n) float64 array; equals W(start) for static graphs.
-    """
-    P = np.eye(topo.n)
-    for t in range(start, start + topo.period):
-        P = topo.W(t) @ P
-    return P
-
-
-def slem(W: np.ndarray) -> float:
-    """Second-largest eigenvalue modulus of W.
-
-    Args:
-        W: (n, n) mixing matrix (may be non-symmetric, so eigenvalues may be complex).
-
-    Returns:
-        |lambda_2|, 0.0 for n = 1.
-    """
-    W = np.asarray(W, dtype=np.float64)
-    if W.shape[0] <= 1:
-        return 0.0
-    mods = np.sort(np.abs(np.linalg.eigvals(W)))[::-1]
-    return float(mods[1])
-
-
-def spectral_gap(W: np.ndarray) -> float:
-    """1 - slem(W): larger means faster consensus.
-
-    Args:
-        W: (n, n) mixing matrix.
-
-    Returns:
-        The spectral gap as a float.
-    """
-    return 1.0 - slem(W)
-
-
-def is_column_stochastic(W: np.ndarray, atol: float = 1e-12) -> bool:
-    """Whether W is nonnegative and every column sums to 1 (mass is conserved by x <- W x).
-
-    Args:
-        W: (n, n) matrix.
-        atol: absolute tolerance on the column sums.
-
-    Returns:
-        True if column-stochastic.
-    """
-    W = np.asarray(W, dtype=np.float64)
-    return bool(np.all(W >= -atol) and np.allclose(W.sum(axis=0), 1.0, rtol=0.0, atol=atol))
-
-
-def is_row_stochastic(W: np.ndarray, atol: float = 1e-12) -> bool:
-    """Whether W is nonnegative and every row sums to 1 (then push-sum weights stay u = 1).
-
-    Args:
-        W: (n, n) matrix.
-        atol: absolute tolerance on the row sums.
-
-    Returns:
-        True if row-stochastic.
-    """
-    return is_column_stochastic(np.asarray(W, dtype=np.float64).T, atol=atol)
 
 
 def describe(topo: Topology, t: int = 0) -> str:

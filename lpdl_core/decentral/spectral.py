@@ -1,0 +1,84 @@
+"""What a mixing matrix does to consensus: the spectral gap and SLEM of W (or of a time-varying
+schedule's product over one period), and whether W conserves mass (column-stochastic, as push-sum
+needs) or also keeps push-sum weights at 1 (row-stochastic). The graphs themselves:
+lpdl_core.decentral.topology.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .topology import Topology
+
+
+def period_product(topo: Topology, start: int = 0) -> np.ndarray:
+    """Product W(start+period-1) @ ... @ W(start) over one period of the schedule.
+
+    Args:
+        topo: the topology.
+        start: first iteration of the period.
+
+    Returns:
+        (n, n) float64 array; equals W(start) for static graphs.
+    """
+    P = np.eye(topo.n)
+    for t in range(start, start + topo.period):
+        P = topo.W(t) @ P
+    return P
+
+
+def slem(W: np.ndarray) -> float:
+    """Second-largest eigenvalue modulus of W.
+
+    Args:
+        W: (n, n) mixing matrix (may be non-symmetric, so eigenvalues may be complex).
+
+    Returns:
+        |lambda_2|, 0.0 for n = 1.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    if W.shape[0] <= 1:
+        return 0.0
+    mods = np.sort(np.abs(np.linalg.eigvals(W)))[::-1]
+    return float(mods[1])
+
+
+def spectral_gap(W: np.ndarray) -> float:
+    """1 - slem(W): larger means faster consensus.
+
+    Args:
+        W: (n, n) mixing matrix.
+
+    Returns:
+        The spectral gap as a float.
+    """
+    return 1.0 - slem(W)
+
+
+def is_column_stochastic(W: np.ndarray, atol: float = 1e-12) -> bool:
+    """Whether W is nonnegative and every column sums to 1 (mass is conserved by x <- W x).
+
+    Args:
+        W: (n, n) matrix.
+        atol: absolute tolerance on the column sums.
+
+    Returns:
+        True if column-stochastic.
+    """
+    W = np.asarray(W, dtype=np.float64)
+    return bool(np.all(W >= -atol) and np.allclose(W.sum(axis=0), 1.0, rtol=0.0, atol=atol))
+
+
+def is_row_stochastic(W: np.ndarray, atol: float = 1e-12) -> bool:
+    """Whether W is nonnegative and every row sums to 1 (then push-sum weights stay u = 1).
+
+    Args:
+        W: (n, n) matrix.
+        atol: absolute tolerance on the row sums.
+
+    Returns:
+        True if row-stochastic.
+    """
+    return is_column_stochastic(np.asarray(W, dtype=np.float64).T, atol=atol)
