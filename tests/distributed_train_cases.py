@@ -18,7 +18,8 @@ from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.topology import Topology
 from lpdl_core.quant.layers import make_conv, make_linear
 from lpdl_core.quant.quantizer import QuantCfg
-from lpdl_core.training.train import RunCfg, train
+from lpdl_core.training.run_cfg import RunCfg
+from lpdl_core.training.train import train
 
 N = 4
 

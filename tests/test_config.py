@@ -116,7 +116,7 @@ def test_fidelity_values_have_one_home():
     from lpdl_core.decentral.algorithms.base import GossipCfg
     from lpdl_core.quant import quantizer
     from lpdl_core.quant.norms import GATES
-    from lpdl_core.training.train import RunCfg
+    from lpdl_core.training.run_cfg import RunCfg
 
     assert quantizer.ROUNDINGS is FIDELITY_CHOICES["act_rounding"]
     assert compress.BYTES_METRICS is FIDELITY_CHOICES["bytes_metric"]

@@ -451,7 +451,8 @@ def _tiny_training(tmp_path, epochs=2):
     from lpdl_core.decentral.engine import EngineCfg
     from lpdl_core.decentral.optim import OptimCfg
     from lpdl_core.decentral.topology import Topology
-    from lpdl_core.training.train import RunCfg, train
+    from lpdl_core.training.run_cfg import RunCfg
+    from lpdl_core.training.train import train
 
     split = load_dataset("digits", image_size=8)
     split = dataclasses.replace(split, x_train=split.x_train[:128], y_train=split.y_train[:128],
@@ -496,7 +497,7 @@ def test_checkpoint_unusable_is_set_aside_and_the_run_restarts(tmp_path, kind):
 
 
 def test_checkpoint_of_other_settings_is_set_aside(tmp_path):
-    from lpdl_core.training.train import RunCfg
+    from lpdl_core.training.run_cfg import RunCfg
 
     run = _tiny_training(tmp_path)
     ckpt = tmp_path / "checkpoint.pt"

@@ -20,7 +20,8 @@ from lpdl_core.decentral.topology import Topology
 from lpdl_core.errors import ConfigError
 from lpdl_core.quant.layers import QConv2d, QLinear
 from lpdl_core.quant.quantizer import QuantCfg
-from lpdl_core.training.train import RunCfg, train
+from lpdl_core.training.run_cfg import RunCfg
+from lpdl_core.training.train import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 OFFICIAL_Q = QuantCfg(measure_as_parameters=True, act_rounding="stochastic", eval_rounding="stochastic")

@@ -13,7 +13,8 @@ from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.topology import Topology
 from lpdl_core.errors import ConfigError
 from lpdl_core.training import train as train_mod
-from lpdl_core.training.train import RunCfg, train
+from lpdl_core.training.run_cfg import RunCfg
+from lpdl_core.training.train import train
 from lpdl_core.data.registry import load_dataset
 from test_train import small_cnn, subset
 

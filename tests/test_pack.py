@@ -29,7 +29,8 @@ from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.spectral import is_column_stochastic
 from lpdl_core.decentral.topology import Topology
 from lpdl_core.training.pack import PackedRun, train_pack
-from lpdl_core.training.train import RunCfg, train
+from lpdl_core.training.run_cfg import RunCfg
+from lpdl_core.training.train import train
 
 N = 4
 TOPK = lambda r: CompressorCfg(kind="topk", ratio=r)  # noqa: E731

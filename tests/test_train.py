@@ -13,7 +13,8 @@ from lpdl_core.decentral.compress import CompressorCfg
 from lpdl_core.decentral.engine import EngineCfg
 from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.topology import Topology
-from lpdl_core.training.train import RunCfg, train
+from lpdl_core.training.run_cfg import RunCfg
+from lpdl_core.training.train import train
 
 
 def small_cnn():

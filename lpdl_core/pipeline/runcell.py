@@ -24,7 +24,8 @@ from ..decentral.topology import Topology
 from ..errors import ConfigError
 from ..quant.quantizer import QuantCfg
 from ..training.schedule import ScheduleCfg
-from ..training.train import RunCfg, train
+from ..training.run_cfg import RunCfg
+from ..training.train import train
 from .cell import Cell
 from .mini import CURVE_EVAL_SAMPLES, TEXT_MAX_LENGTH, TINY_DISTILBERT, mini_run
 from .own_momentum import OWN_MOMENTUM

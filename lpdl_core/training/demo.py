@@ -16,7 +16,8 @@ from ..decentral.engine import EngineCfg
 from ..decentral.optim import OptimCfg
 from ..decentral.topology import Topology
 from ..models import tiny_cnn
-from .train import RunCfg, RunResult, train
+from .run_cfg import RunCfg
+from .train import RunResult, train
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .schedule import lr_at, lr_at_step
-from .train import RunCfg, RunResult, epoch_view, run_final_rounds, shared_streams
+from .run_cfg import RunCfg
+from .train import RunResult, epoch_view, run_final_rounds, shared_streams
 
 # RunCfg fields every cell of a pack shares (the rest, the partition and partition_seed, may differ)
 SHARED = ("epochs", "batch_size", "lr", "schedule", "final_gossip_rounds", "final_rounds", "data_on",
