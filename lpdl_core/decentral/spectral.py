@@ -58,27 +58,13 @@ def spectral_gap(W: np.ndarray) -> float:
 
 
 def is_column_stochastic(W: np.ndarray, atol: float = 1e-12) -> bool:
-    """Whether W is nonnegative and every column sums to 1 (mass is conserved by x <- W x).
-
-    Args:
-        W: (n, n) matrix.
-        atol: absolute tolerance on the column sums.
-
-    Returns:
-        True if column-stochastic.
-    """
+    """Whether the (n, n) W is nonnegative and every column sums to 1 within `atol` (mass is
+    conserved by x <- W x)."""
     W = np.asarray(W, dtype=np.float64)
     return bool(np.all(W >= -atol) and np.allclose(W.sum(axis=0), 1.0, rtol=0.0, atol=atol))
 
 
 def is_row_stochastic(W: np.ndarray, atol: float = 1e-12) -> bool:
-    """Whether W is nonnegative and every row sums to 1 (then push-sum weights stay u = 1).
-
-    Args:
-        W: (n, n) matrix.
-        atol: absolute tolerance on the row sums.
-
-    Returns:
-        True if row-stochastic.
-    """
+    """Whether the (n, n) W is nonnegative and every row sums to 1 within `atol` (then push-sum
+    weights stay u = 1)."""
     return is_column_stochastic(np.asarray(W, dtype=np.float64).T, atol=atol)
