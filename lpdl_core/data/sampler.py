@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..config import DEFAULT_SEED
+from ..decentral.partition import epoch_iterations
 
 
 class NodeSampler:
@@ -45,7 +46,7 @@ class NodeSampler:
 
     @property
     def iters_per_epoch(self) -> int:
-        return math.ceil(self.epoch_len / self.batch_size)
+        return epoch_iterations(self.epoch_len, self.batch_size)
 
     def _stream(self, node: int, epoch: int) -> np.ndarray:
         # Seeded by (seed, node, epoch), or (seed, epoch) when shared: any epoch can be regenerated

@@ -197,6 +197,12 @@ def epoch_samples(parts: Sequence[np.ndarray], dirichlet_alpha: float | None = N
     return max(sizes) if dirichlet_alpha is None else sum(sizes) // len(sizes)
 
 
+def epoch_iterations(length: int, batch: int) -> int:
+    """T = ceil(L / B), the iterations every node takes per epoch of L samples at batch B
+    (lpdl_core.data.sampler; the last batch holds the rest)."""
+    return math.ceil(length / batch)
+
+
 def node_partition(labels: np.ndarray, n: int, *, skew: float = 0.0, dirichlet_alpha: float | None = None,
                    seed: int = DEFAULT_SEED) -> list[np.ndarray]:
     """The partition a run trains on: the paper's skew partition, or a Dirichlet(α) split when

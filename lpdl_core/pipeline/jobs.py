@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import re
 from dataclasses import dataclass
 
@@ -49,14 +48,15 @@ def pack_key(cell) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def _batches(dataset: str, nodes: int, skew: float, alpha: float | None, seed: int, batch: int) -> tuple:
-    from ..decentral.partition import KNOWN_CLASS_SIZES, epoch_samples, labels_from_class_sizes, node_partition
+    from ..decentral.partition import (KNOWN_CLASS_SIZES, epoch_iterations, epoch_samples,
+                                       labels_from_class_sizes, node_partition)
 
     if dataset not in KNOWN_CLASS_SIZES:
         return ("skew", skew) if alpha is None else ("dirichlet", alpha)
     parts = node_partition(labels_from_class_sizes(KNOWN_CLASS_SIZES[dataset]), nodes, skew=skew,
                            dirichlet_alpha=alpha, seed=seed)
     length = epoch_samples(parts, alpha)  # L, as the run's sampler takes it (data.sampler)
-    return (math.ceil(length / batch), length)
+    return (epoch_iterations(length, batch), length)
 
 
 def batch_plan(cell) -> tuple:
