@@ -8,11 +8,10 @@ import pytest
 from lpdl_core.decentral.spectral import (
     is_column_stochastic,
     is_row_stochastic,
-    period_product,
     slem,
     spectral_gap,
 )
-from lpdl_core.decentral.topology import GRAPHS, Topology, describe, mixing_matrix
+from lpdl_core.decentral.topology import GRAPHS, Topology, describe, mixing_matrix, period_product
 
 SIZES = (1, 2, 3, 4, 8, 16)
 

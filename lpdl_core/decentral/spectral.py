@@ -1,32 +1,11 @@
-"""What a mixing matrix does to consensus: the spectral gap and SLEM of W (or of a time-varying
-schedule's product over one period), and whether W conserves mass (column-stochastic, as push-sum
-needs) or also keeps push-sum weights at 1 (row-stochastic). The graphs themselves:
-lpdl_core.decentral.topology.
+"""What a mixing matrix does to consensus: the spectral gap and SLEM of W (for a time-varying
+schedule, of its product over one period: topology.period_product), and whether W conserves
+mass (column-stochastic, as push-sum needs) or also keeps push-sum weights at 1
+(row-stochastic). The graphs themselves: lpdl_core.decentral.topology.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from .topology import Topology
-
-
-def period_product(topo: Topology, start: int = 0) -> np.ndarray:
-    """Product W(start+period-1) @ ... @ W(start) over one period of the schedule.
-
-    Args:
-        topo: the topology.
-        start: first iteration of the period.
-
-    Returns:
-        (n, n) float64 array; equals W(start) for static graphs.
-    """
-    P = np.eye(topo.n)
-    for t in range(start, start + topo.period):
-        P = topo.W(t) @ P
-    return P
 
 
 def slem(W: np.ndarray) -> float:

@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..config import GRAPHS  # the graph names; each is built below
-from .spectral import is_column_stochastic, is_row_stochastic, period_product, slem
+from .spectral import is_column_stochastic, is_row_stochastic, slem
 
 # Probability of each extra directed edge in "random-directed". 0.3 keeps the graph sparse
 # enough that in-degrees differ (so W is not row-stochastic and push-sum weights u drift from 1).
@@ -212,6 +212,22 @@ def mixing_matrix(name: str, n: int, t: int = 0, **opts) -> np.ndarray:
         (n, n) float64 column-stochastic array.
     """
     return Topology(name=name, n=n, **opts).W(t)
+
+
+def period_product(topo: Topology, start: int = 0) -> np.ndarray:
+    """Product W(start+period-1) @ ... @ W(start) over one period of the schedule.
+
+    Args:
+        topo: the topology.
+        start: first iteration of the period.
+
+    Returns:
+        (n, n) float64 array; equals W(start) for static graphs.
+    """
+    P = np.eye(topo.n)
+    for t in range(start, start + topo.period):
+        P = topo.W(t) @ P
+    return P
 
 
 def describe(topo: Topology, t: int = 0) -> str:
