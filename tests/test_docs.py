@@ -195,3 +195,22 @@ def test_fact_commits_exist_in_history():
                if subprocess.run(["git", "cat-file", "-e", f"{f['commit']}^{{commit}}"], cwd=ROOT,
                                  capture_output=True).returncode != 0]
     assert not missing, missing
+
+
+def test_every_evidence_file_belongs_to_a_cited_measurement():
+    """Evidence under docs/measurements/ is kept for a fact: every file there is cited (a fact's
+    evidence, or a link in the docs) or sits in a folder beside a cited file (one measurement's
+    set of outputs, with its README). A superseded measurement's files go with it."""
+    import measurements
+    facts, _ = measurements.load()
+    root = ROOT / "docs" / "measurements"
+    cited = {ROOT / e for f in facts.values() for e in f.get("evidence", [])}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for link in re.findall(r"\]\(([^)#\s]+)", page.read_text(encoding="utf-8")):
+            cited.add((page.parent / link).resolve())
+    folders = {p.parent for p in cited}
+    kept = [p for p in root.rglob("*") if p.is_file() and "facts" not in p.relative_to(root).parts
+            and p.name != "machines.json"]
+    orphans = sorted(str(p.relative_to(ROOT)) for p in kept if p not in cited and
+                     (p.parent == root or p.parent not in folders))
+    assert not orphans, f"evidence no fact or doc cites (remove it, or cite it): {orphans}"
