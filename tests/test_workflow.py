@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from lpdl_core.pipeline.cells import PAPER_DIR
 from repo_copy import copy_repo, small_paper_dir
 
@@ -241,6 +242,33 @@ def test_the_train_script_runs_a_distributed_job_as_n_processes(tmp_path, monkey
         assert os.environ["OMP_NUM_THREADS"] == "2"  # the task's CPUs
     else:
         assert argv[1:4] == ["-m", "lpdl_core", "train"] and "MASTER_ADDR" not in os.environ
+
+
+@pytest.mark.parametrize("executor", ["loop", "batched", "distributed"])
+def test_the_train_script_runs_on_the_resolved_config_with_no_optional_key_set(tmp_path, monkeypatch, executor):
+    """The config the workflow hands its scripts is wfconfig.load's: every optional key the schema
+    (or config.py, for the keys whose default lives there) gives a default for is filled in, so the
+    train script reads each with no KeyError, whatever the executor."""
+    import runpy
+    from types import SimpleNamespace
+
+    from lpdl_core.pipeline.wfconfig import SCHEMA, load, with_vocabulary
+
+    cfg = load(ROOT, overrides=[f"executor={executor}"])
+    schema = with_vocabulary(yaml.safe_load((ROOT / SCHEMA).read_text()))
+    assert {k for k, spec in schema["properties"].items() if "default" in spec} <= set(cfg)
+    assert cfg["dist_timeout"] == schema["properties"]["dist_timeout"]["default"]
+    calls = {}
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "MASTER_"))})
+    monkeypatch.setattr(os, "execvp", lambda exe, argv: calls.setdefault("argv", argv))
+    monkeypatch.setattr(os, "dup2", lambda a, b: None)
+    sm = SimpleNamespace(config=cfg, wildcards=SimpleNamespace(seed="1234", results="mini"), threads=1,
+                         params=SimpleNamespace(cells=["a-cell"], fidelity="{}"), resources={},
+                         log=[str(tmp_path / "job.log")])
+    runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
+    argv = calls["argv"]
+    assert argv[argv.index("--executor") + 1] == executor
+    assert ("--dist-timeout" in argv) == (executor == "distributed")
 
 
 @pytest.mark.slow

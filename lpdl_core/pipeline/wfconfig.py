@@ -121,7 +121,8 @@ def resolve(config: Mapping, schema: Mapping) -> dict:
     if not cfg.get("tables") and not cfg.get("extensions"):
         raise ConfigError("tables: empty and no extensions: nothing to run (name paper tables, "
                           "extension grids, or both)")
-    for key, spec in schema["properties"].items():
+    # the defaults of the schema as checked (with_vocabulary adds those that live in config.py)
+    for key, spec in with_vocabulary(schema)["properties"].items():
         if "default" in spec:
             cfg.setdefault(key, spec["default"])
     return cfg
