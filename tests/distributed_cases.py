@@ -16,7 +16,7 @@ from lpdl_core.decentral.engine import EngineCfg, Simulator
 from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.topology import Topology
 from lpdl_core.quant.layers import make_conv, make_linear
-from lpdl_core.quant.quantizer import NOISE, QuantCfg
+from lpdl_core.quant.quantizer import QuantCfg
 
 N, B = 4, 6
 # The paper's 8-bit training: nearest-rounded weights and activations, stochastically rounded layer
@@ -107,7 +107,7 @@ def run_cases(cases: list[Case], out_dir: str) -> None:
     torch.set_num_threads(1)
     for case in cases:
         t0 = time.perf_counter()
-        node = NodeProcess(MODELS[case.precision], loop_rng=case.loop_rng, noise=NOISE, **case.kwargs())
+        node = NodeProcess(MODELS[case.precision], loop_rng=case.loop_rng, **case.kwargs())
         r = node.rank
         for xb, yb in case.batches():
             node.train_step(xb[r:r + 1], yb[r:r + 1], case.lr)
@@ -124,7 +124,7 @@ def die_at(case: Case, victim: int, step: int, out_dir: str, hang: bool = False)
     from lpdl_core.decentral.engine.distributed import NodeProcess
 
     torch.set_num_threads(1)
-    node = NodeProcess(MODELS[case.precision], noise=NOISE, **case.kwargs())
+    node = NodeProcess(MODELS[case.precision], **case.kwargs())
     r = node.rank
     try:
         for t, (xb, yb) in enumerate(case.batches()):

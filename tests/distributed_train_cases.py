@@ -35,7 +35,15 @@ def cnn_int8() -> nn.Module:
                          nn.AdaptiveAvgPool2d(2), nn.Flatten(), make_linear(32, 10, qcfg=q))
 
 
-MODELS = {"fp32": cnn_fp32, "int8": cnn_int8}
+def cnn_int8_dropout() -> nn.Module:
+    """8-bit with dropout before the classifier (as the VGG-11 stand-in has): two kinds of draws,
+    rounding noise and dropout masks, from the one global generator."""
+    q = QuantCfg()
+    return nn.Sequential(make_conv(3, 8, 3, stride=2, padding=1, bias=True, qcfg=q), nn.Tanh(),
+                         nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Dropout(0.5), make_linear(32, 10, qcfg=q))
+
+
+MODELS = {"fp32": cnn_fp32, "int8": cnn_int8, "int8-dropout": cnn_int8_dropout}
 RUNS = {
     # CHOCO with top-k on the time-varying graph (catch-up), final gossip rounds; 8-bit: DS on the
     # directed ring with the replayed noise stream and the official protocol (train-forward final
@@ -50,6 +58,11 @@ RUNS = {
                                      final_rounds="train-forward", final_round_limit="epoch-batches",
                                      final_trailing_forward=True, epoch_test="before-last-gossip",
                                      test_batch=64)),
+    # dropout masks and 8-bit noise replayed from the loop executor's one stream
+    "choco-dring-int8-dropout": dict(model="int8-dropout", graph="directed-ring",
+                                     gossip=GossipCfg(algorithm="choco", eta=0.5,
+                                                      compressor=CompressorCfg(kind="topk", ratio=0.9)),
+                                     run=RunCfg(epochs=3, batch_size=16, lr=0.05, skew=0.6, final_gossip_rounds=2)),
     # one exact average (an all-reduce: collectives across the ranks) in place of the final rounds
     "ds-allreduce-fp32": dict(model="fp32", graph="directed-ring", gossip=GossipCfg(algorithm="ds", eta=1.0),
                               run=RunCfg(epochs=2, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3,

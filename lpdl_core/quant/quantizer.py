@@ -12,8 +12,6 @@ torch.func.vmap and never synchronises with the device.
 """
 from __future__ import annotations
 
-import contextlib
-
 from dataclasses import dataclass
 from typing import Literal
 
@@ -88,38 +86,6 @@ def _noise_scratch(k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tens
     return words[:(k + 3) // 4], lanes[:k]
 
 
-# Lane counts of the CPU noise draws below, appended while this is a list: the distributed executor
-# records one node's draws to replay the other nodes' share of the loop executor's global stream.
-NOISE_LOG: list[int] | None = None
-
-
-def replay_noise(sizes: list[int]) -> None:
-    """Advance the global CPU generator exactly as the noise draws of these lane counts would."""
-    for k in sizes:
-        torch.empty((k + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None)
-
-
-class NoiseStream:
-    """The global-RNG consumer of 8-bit stochastic rounding, as the distributed executor sees it
-    (lpdl_core.decentral.engine.distributed takes it as `noise`, so the decentralized layer never
-    imports the quantizer): record a forward/backward's draws, replay draws of the same sizes."""
-
-    def replay(self, sizes: list[int]) -> None:
-        replay_noise(sizes)
-
-    @contextlib.contextmanager
-    def record(self):
-        global NOISE_LOG
-        NOISE_LOG = drawn = []
-        try:
-            yield drawn
-        finally:
-            NOISE_LOG = None
-
-
-NOISE = NoiseStream()
-
-
 def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:
     """t += ξ with ξ ~ U[-1/2, 1/2) shaped like t, for stochastic rounding (in place).
 
@@ -133,8 +99,6 @@ def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:
     if t.device.type != "cpu" or functorch_wrapped(t):
         return t.add_(torch.rand_like(t).sub_(0.5))
     k = t.numel()
-    if NOISE_LOG is not None:
-        NOISE_LOG.append(k)
     words, lanes = _noise_scratch(k, t.dtype)
     words.random_(-2 ** 63, None)  # all 64 bits random
     lanes.copy_(words.view(torch.int16)[:k])

@@ -105,9 +105,8 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     hist = histograms(parts, labels, num_classes=split.num_classes)
     def fresh() -> tuple[Simulator, torch.Generator]:
         kw = dict(topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
-        if engine.executor == "distributed":
-            from ..quant.quantizer import NOISE  # the 8-bit noise stream each rank replays
-            s = NodeProcess(make_model, noise=NOISE, **kw)
+        if engine.executor == "distributed":  # each rank replays the others' global draws
+            s = NodeProcess(make_model, **kw)
         else:  # the 8-bit layers' weight quantizers run once for all nodes where that saves work
             s = Simulator(make_model, param_transform=ParamQuant, **kw)
         return s, torch.Generator(device=s.device).manual_seed(run.partition_seed + 2)

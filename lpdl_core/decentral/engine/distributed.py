@@ -19,18 +19,17 @@ z_i = x_i / u_i); only the gossip round differs in where the numbers come from:
 3. mix(...) with the received C(v_j), u_j and W's row i restricted to i and its in-neighbours: the
    same function the simulator runs on all n rows (the r = 1 receiver form of `algorithms.base`).
 
-Global RNG (loop_rng=True, CPU). The loop executor draws every node's 8-bit stochastic-rounding
-noise from the one global generator, node after node: node i's forward/backward starts after
-nodes 0..i-1 drew theirs, and all n models were built (n + 1 initialisations) before the first
-step. mt19937 cannot jump ahead, so a node replays those draws: it builds the n - 1 models it does
-not need, and at every step draws (without using) the noise of the i nodes before it and of the
-n - 1 - i after it, of the same sizes as its own (same model and batch shape; recorded once on a
-copy of its model through `noise`, and checked at every step). `noise` is the stream's owner,
-given from above (`lpdl_core.quant.quantizer.NOISE` for 8-bit models; None: nothing to replay but
-the initialisations), so this layer never imports the quantizer. Other global draws
-(dropout, GPU noise, vmap's) are not replayed, so it needs the loop executor for the node's own
-forward/backward. Costs (n - 1) times the noise draws of one node; loop_rng=False skips it (each
-process then draws its own noise from the same seed).
+Global RNG (loop_rng=True, CPU). The loop executor draws every node's random numbers (8-bit
+stochastic rounding, dropout masks, ...) from the one global generator, node after node: node i's
+forward/backward starts after nodes 0..i-1 drew theirs, and all n models were built (n + 1
+initialisations) before the first step. mt19937 cannot jump ahead, so a node replays those draws:
+it builds the n - 1 models it does not need, and at every step issues (without using) the random
+ops of the i nodes before it and of the n - 1 - i after it, of the same shapes as its own (same
+model and batch shape; recorded once on a copy of its model through `noise`, and checked at every
+step). `noise` records and replays (default: `rng_replay.GLOBAL_DRAWS`, every op that draws from
+the global CPU generator). GPU draws are not replayed, so it needs the loop executor for the
+node's own forward/backward on the CPU. Costs (n - 1) times the draws of one node; loop_rng=False
+skips it (each process then draws its own numbers from the same seed).
 
 Not one of `make_executor`'s names: `loop` and `batched` run the n nodes' forward/backward inside
 one Simulator; this executor replaces the Simulator in each of n processes (`NodeProcess`, its own
@@ -63,6 +62,7 @@ from ..compress import REGISTRY, uniform_draws
 from ..optim import OptimCfg
 from ..topology import Topology
 from .executors import LoopExecutor
+from .rng_replay import GLOBAL_DRAWS
 from .engine_cfg import EngineCfg
 from .simulator import Simulator
 
@@ -76,13 +76,13 @@ class NodeProcess(Simulator):
     group must be initialized (`p2p.init`), one rank per node. Its attributes are the
     simulator's with one row: x, u, z (1, d), bytes_sent (1,), ... train_step, forward_round and
     gossip_round take this node's batch (1, B, ...). timeout_s bounds each wait for a message
-    (None: the process group's timeout); loop_rng, noise (an object with replay(sizes) and a
-    record() context yielding the list of draw sizes): see the module docstring."""
+    (None: the process group's timeout); loop_rng, noise (an object with replay(draws) and a
+    record() context yielding the list of draws; default GLOBAL_DRAWS): see the module docstring."""
 
     def __init__(self, make_model, *, topology: Topology, gossip: GossipCfg = GossipCfg(),
                  optim_cfg: OptimCfg = OptimCfg(), engine: EngineCfg = EngineCfg(),
                  loss_fn=F.cross_entropy, rank: int | None = None, timeout_s: float | None = None,
-                 loop_rng: bool = True, noise=None):
+                 loop_rng: bool = True, noise=GLOBAL_DRAWS):
         if not dist.is_initialized():
             raise ValueError("the distributed executor runs in a process group of one process per node "
                              "(start it with `lpdl train --executor distributed`, torchrun or srun)")
@@ -113,7 +113,7 @@ class NodeProcess(Simulator):
         self._last_out = dict.fromkeys(self.receivers, -1)  # last round each out-edge was active
         self._last_in = dict.fromkeys(self.senders[1:], -1)
         self.loop_rng, self.noise = loop_rng, noise
-        self._noise: dict[tuple, list[int]] = {}  # batch shape -> lane counts of one node's draws
+        self._noise: dict[tuple, list] = {}  # batch shape -> one node's draws in a forward/backward
         for _ in range(self.n - 1 if loop_rng else 0):
             make_model()  # the loop executor's other n - 1 models draw their initialisation
 
@@ -237,13 +237,13 @@ class NodeProcess(Simulator):
         with self.noise.record() as drawn:
             out = super()._loss_and_grad(xb, yb)
         if drawn != sizes:
-            raise RuntimeError("the noise draws of a forward/backward changed between steps of one batch "
+            raise RuntimeError("the random draws of a forward/backward changed between steps of one batch "
                                "shape; the loop executor's RNG stream cannot be replayed (use loop_rng=False)")
         self.noise.replay(sizes * (self.n - 1 - self.rank))
         return out
 
-    def _noise_sizes(self, xb: torch.Tensor, yb: torch.Tensor) -> list[int]:
-        """One node's noise draws in a forward/backward, on a copy of the model (RNG restored)."""
+    def _noise_sizes(self, xb: torch.Tensor, yb: torch.Tensor) -> list:
+        """One node's random draws in a forward/backward, on a copy of the model (RNG restored)."""
         with torch.random.fork_rng(devices=[]):
             module = copy.deepcopy(self.executor.reference_module()).train()
             with self.noise.record() as drawn:
