@@ -127,7 +127,7 @@ def test_a_claim_that_fails_within_seed_noise_says_within_noise(tmp_path):
             run(root, t2(skew, "ds", "fp32", 99), seed, base)
             run(root, t2(skew, "choco", "fp32", 99), seed, base + d)
     claims = {c.number: c for c in check_claims(report_data(root, ["table2"]))}
-    assert claims[3].verdict == "within noise" and "over 2 seeds -0.50 ± 3.54" in claims[3].evidence
+    assert claims[3].verdict == "within noise" and "at 4 epochs: -0.50 ± 3.54 over 2 seeds" in claims[3].evidence
 
 
 def test_pairs_differ_in_the_effect_axis_alone():
@@ -241,7 +241,7 @@ def test_paper_profile_flags_flat_cells_but_keeps_deltas_and_claims(tmp_path):
     assert r"\cellcolor[HTML]{ECEFF1} 11.00 / 83.82 ($-$72.82) (n.l.)" in table
     claims = {c.number: c for c in r["claims"]}
     assert claims[1].cells == 3                      # the flat pair is judged in the paper profile
-    assert claims[4].verdict == "holds" and "mean drop +78.00" in claims[4].evidence
+    assert claims[4].verdict == "holds" and "at the paper's protocol: +78.00" in claims[4].evidence
 
 
 def test_mini_claims_skip_flat_pairs(tmp_path):
@@ -250,9 +250,10 @@ def test_mini_claims_skip_flat_pairs(tmp_path):
         run(root, t2(skew, "ds", "fp32"), 1, fp)
         run(root, t2(skew, "ds", "int8"), 1, lp)
     claims = {c.number: c for c in check_claims(report_data(root, ["table2"]))}
-    assert claims[1].cells == 2 and "mean FP - LP +0.75" in claims[1].evidence   # skew-0.9 pair left out
+    assert claims[1].cells == 2 and "at 4 epochs: +0.75" in claims[1].evidence   # skew-0.9 pair left out
+    assert claims[1].verdict == "not judged at one length" and "make reproduce-claims" in claims[1].evidence
     # skew trend over learned cells only: fp32 0 -> 0.4 drops 2 (not 79 to the flat 11), int8 0 -> 0.9 29
-    assert claims[4].verdict == "holds" and claims[4].cells == 2 and "mean drop +15.50" in claims[4].evidence
+    assert claims[4].verdict == "holds" and claims[4].cells == 2 and "at 4 epochs: +15.50" in claims[4].evidence
 
 
 def test_skew_claim_within_seed_noise(tmp_path):
@@ -263,4 +264,4 @@ def test_skew_claim_within_seed_noise(tmp_path):
             run(root, t2(0, algo, "fp32", 99), seed, 80.0)
             run(root, t2(0.9, algo, "fp32", 99), seed, 80.0 - d)
     c4 = {c.number: c for c in check_claims(report_data(root, ["table2"]))}[4]
-    assert c4.verdict == "within noise" and "over 2 seeds -0.50 ± 4.95" in c4.evidence
+    assert c4.verdict == "within noise" and "at 4 epochs: -0.50 ± 4.95 over 2 seeds" in c4.evidence

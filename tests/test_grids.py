@@ -74,8 +74,9 @@ def test_a_missing_grid_names_what_exists(tmp_path):
     _grid(tmp_path)
     with pytest.raises(ConfigError, match=r"no such grid \(available: small\)"):
         load_grid("other", tmp_path)
-    with pytest.raises(ConfigError, match="not a paper table's name"):
-        load_grid("table2", tmp_path)
+    for name in ("table2", "t3", "fig1", "t3-x"):  # a grid t3 would give Table 3's ids
+        with pytest.raises(ConfigError, match="not a paper table's or its ids' prefix"):
+            load_grid(name, tmp_path)
     with pytest.raises(ConfigError, match="official code mode's folder suffix"):
         load_grid("official", tmp_path)
 
@@ -113,3 +114,89 @@ def test_exclude_leaves_out_combinations(tmp_path):
     g = _grid(tmp_path, SPEC.replace("derive:", "exclude:\n  - {algorithm: ds, compression: rk 90 %}\nderive:"))
     assert len(g.cells) == 16 - 4
     assert not [c for c in g.cells if c.algorithm == "ds" and c.compressor == "randomk"]
+
+
+def test_two_cells_with_different_settings_never_share_an_id(tmp_path):
+    """An axis over a column the plain id does not name (lr, epochs, final rounds, ...): the ids of
+    the cells that would share one name the columns they differ in; the others keep theirs."""
+    spec = SPEC.replace("  topology: [ring]\n", "  topology: [ring]\n  rate: [{lr: 0.1}, {lr: 0.05}]\n")
+    spec = spec.replace("  rate: [{lr: 0.1}, {lr: 0.05}]", "  rate:\n    base: {lr: 0.1}\n    half: {lr: 0.05, final_gossip_rounds: 10}")
+    g = _grid(tmp_path, spec)
+    ids = [c.cell_id for c in g.cells]
+    assert len(set(ids)) == len(ids) == 32
+    assert "small-resnet20-ring8-c0-s0.8-ds-fp32-lr0.1-fr50" in ids
+    assert "small-resnet20-ring8-c0-s0.8-ds-fp32-lr0.05-fr10" in ids
+    plain = _grid(tmp_path, SPEC)  # no such axis: the plain ids, as before
+    assert plain.cells[0].cell_id == "small-resnet20-ring8-c0-s0.8-ds-fp32"
+
+
+def test_a_length_ladder_is_an_axis_of_runs_of_their_own(tmp_path):
+    """`lengths` sets mini_epochs, one cell per length: each its own id (-len<n>), its own run
+    identity and its own mini protocol, and never the same run as another length."""
+    from lpdl_core.pipeline.mini import mini_run, same_runs
+    from lpdl_core.pipeline.runstore import run_identity, run_key
+
+    g = _grid(tmp_path, SPEC + "lengths: [12, 6]\n")
+    assert g.lengths == (6, 12) and g.axes["length"] == {"6": {"mini_epochs": 6}, "12": {"mini_epochs": 12}}
+    assert len(g.cells) == 32 and g.varying()[-1] == "length"
+    six, twelve = (c for c in g.cells if c.cell_id.startswith("small-resnet20-ring8-c0-s0.8-ds-fp32-len"))
+    assert (six.cell_id, twelve.cell_id) == ("small-resnet20-ring8-c0-s0.8-ds-fp32-len6",
+                                             "small-resnet20-ring8-c0-s0.8-ds-fp32-len12")
+    assert (mini_run(six).epochs, mini_run(twelve).epochs) == (6, 12)
+    keys = {run_key(run_identity(c, profile="mini", seed=1, fidelity={})) for c in (six, twelve)}
+    assert len(keys) == 2
+    assert six.cell_id not in same_runs([six, twelve]) and twelve.cell_id not in same_runs([six, twelve])
+
+
+@pytest.mark.parametrize("change, message", [
+    ("lengths: [6, 6]", r"lengths: \[6, 6\] names a length twice"),
+    ("lengths: [0]", r"lengths: a list of mini epochs, each 1\.\.1000"),
+    ("lengths: 6", r"lengths: a list of mini epochs"),
+    ("claims: yes please", r"claims: true or false"),
+])
+def test_a_bad_ladder_or_claims_flag_is_one_line(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        _grid(tmp_path, SPEC + change + "\n")
+
+
+@pytest.mark.parametrize("axis, message", [
+    ("  seeds: [{seed: 1}, {seed: 2}]", r"seed: a grid's runs take the config's seeds"),
+    ("  length: [{mini_epochs: 3}, {mini_epochs: 4}]", r"mini_epochs: give a length ladder as `lengths"),
+])
+def test_seed_and_length_are_not_column_axes(tmp_path, axis, message):
+    axis = axis.replace("[{seed: 1}, {seed: 2}]", "\n    a: {seed: 1}\n    b: {seed: 2}")
+    axis = axis.replace("[{mini_epochs: 3}, {mini_epochs: 4}]", "\n    a: {mini_epochs: 3}\n    b: {mini_epochs: 4}")
+    with pytest.raises(ConfigError, match=message):
+        _grid(tmp_path, SPEC.replace("  topology: [ring]\n", "  topology: [ring]\n" + axis + "\n"))
+
+
+def test_the_shipped_claims_grid_is_table2s_resnet20_cells_at_three_lengths():
+    """Every cell of the claims grid at 6 epochs is the mini run of a Table 2 cell (mini.twins),
+    so `make reproduce-claims` reuses `make reproduce`'s runs; at 12 and 24 epochs none is."""
+    from lpdl_core.pipeline.cells import load_cells
+    from lpdl_core.pipeline.mini import twins
+
+    g = load_grid("claims", ROOT)
+    assert g.claims and g.lengths == (6, 12, 24) and len(g.cells) == 4 * 2 * 2 * 2 * 3
+    paper = [c for c in load_cells(None, tables=["table2"]) if c.model == "resnet20"]
+    t = twins(g.cells, paper)
+    assert set(t) == {c.cell_id for c in g.cells if c.mini_epochs == 6}
+    assert {p.cell_id for p in t.values()} == {p.cell_id for p in paper if p.skew in (0.0, 0.9)
+                                                and not (p.algorithm == "choco" and p.compression == 0)}
+
+
+def test_adding_a_rung_to_the_ladder_renames_and_replans_no_finished_length(tmp_path):
+    """A ladder of one length already names it; a longer ladder keeps every earlier cell's id, run
+    identity and training job, so its finished runs are never trained again."""
+    from lpdl_core.pipeline.jobs import plan_jobs
+    from lpdl_core.pipeline.runstore import run_identity
+
+    one = _grid(tmp_path, SPEC + "lengths: [6]\n")
+    two = _grid(tmp_path, SPEC + "lengths: [6, 12]\n")
+    assert all(c.cell_id.endswith("-len6") for c in one.cells)
+    assert [c.cell_id for c in one.cells] == [c.cell_id for c in two.cells if c.mini_epochs == 6]
+    ident = lambda c: run_identity(c, profile="mini", seed=1234, fidelity={})  # noqa: E731
+    assert [ident(c) for c in one.cells] == [ident(c) for c in two.cells if c.mini_epochs == 6]
+    for per in ("block", "pack"):
+        jobs_one = {(j.name, j.cells) for j in plan_jobs(one.cells, "mini", per)}
+        assert jobs_one <= {(j.name, j.cells) for j in plan_jobs(two.cells, "mini", per)}

@@ -216,7 +216,7 @@ def test_mini_pack_jobs_are_one_per_pack_group_and_paper_pack_jobs_the_block_job
         paper_block = [j.cells for j in plan_jobs(cells, "paper", "block")]
         assert [j.cells for j in plan_jobs(cells, "paper", "pack")] == paper_block
     names = sorted(j.name for j in plan_jobs(grid, "mini", "pack"))
-    assert names == sorted(f"heterogeneity-heterogeneity-{p}-{a}" for p in ("fp32", "int8")
+    assert names == sorted(f"heterogeneity-{p}-len3-{a}-n8" for p in ("fp32", "int8")
                            for a in ("ds", "choco", "choco-qgm", "gut-qgm"))
 
 
@@ -282,11 +282,15 @@ def test_a_mini_run_key_reads_every_column_its_run_depends_on():
     from lpdl_core.pipeline.cell import Cell
     from lpdl_core.pipeline.mini import RUN_AXES, gossip_kind
 
-    not_read = {"table", "block", "notes", "paper_acc", "epochs", "lr_schedule", "milestones", "seed", "algorithm"}
-    assert {f.name for f in fields(Cell)} == set(RUN_AXES) | not_read
+    not_read = {"table", "block", "notes", "paper_acc", "epochs", "lr_schedule", "milestones", "seed", "algorithm",
+                "id_suffix"}
+    in_key_otherwise = {"mini_epochs"}  # as the run's length, mini.epochs_of
+    assert {f.name for f in fields(Cell)} == set(RUN_AXES) | not_read | in_key_otherwise
     base = next(c for c in ALL if c.algorithm == "ds" and c.compression == 0 and c.eta == 1.0 and c.nodes > 1)
     assert gossip_kind(base) == "dpsgd"
     for other in (replace(base, partition="dirichlet:0.1", skew=0.0), replace(base, compressor="qsgd:4")):
         assert run_key(other, 0) != run_key(base, 0)
     assert gossip_kind(replace(base, compressor="qsgd:4")) == "ds"
     assert gossip_kind(replace(base, compressor="identity")) == "dpsgd"
+    # the length: mini_epochs 6 is the protocol's 6 (one run), 12 another run
+    assert run_key(replace(base, mini_epochs=6), 0) == run_key(base, 0) != run_key(replace(base, mini_epochs=12), 0)

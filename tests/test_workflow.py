@@ -350,9 +350,13 @@ def test_the_train_script_names_the_grid_of_a_grid_job(tmp_path, monkeypatch):
     argv = run("mini-heterogeneity", ["heterogeneity-x"])
     assert argv[argv.index("--grid") + 1] == "heterogeneity" and "--fused-quant" in argv
     assert argv[argv.index("--out") + 1] == "results/mini-heterogeneity/runs/{cell}/seed1234"
+    # a grid cell that is a paper cell's mini run reuses it from the same mode's paper folder
+    assert argv[argv.index("--reuse-runs") + 1] == "results/mini/runs/{cell}/seed1234"
     official = run("mini-official-heterogeneity", ["h"])
     assert official[official.index("--grid") + 1] == "heterogeneity"
+    assert official[official.index("--reuse-runs") + 1] == "results/mini-official/runs/{cell}/seed1234"
     assert "--grid" not in run("mini", ["t3-x"]) and "--grid" not in run("mini-official", ["t3-x"])
+    assert "--reuse-runs" not in run("mini", ["t3-x"])
 
 
 def test_the_train_rules_params_are_only_what_defines_the_runs():

@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--grid", default=None, metavar="NAME",
                     help="the --cell ids are of the grid config/extensions/NAME.yaml, not the paper's")
     tr.add_argument("--paper-dir", default=None, help=paper_dir)
+    tr.add_argument("--reuse-runs", default=None, metavar="TEMPLATE",
+                    help="with --grid (mini profile): a grid cell whose mini run is a paper cell's (same settings "
+                         "and length) reuses that cell's finished run from TEMPLATE (a run folder holding {cell}, "
+                         "e.g. results/mini/runs/{cell}/seed1234) instead of training; absent there, it trains")
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
     tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)

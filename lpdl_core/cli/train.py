@@ -58,9 +58,18 @@ def _cmd_train(a: argparse.Namespace) -> int:
                         "(e.g. results/mini/runs/{cell}/seed1234)")
     fidelity = _fidelity(a)
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
+    shared = same_runs(todo) if a.profile == "mini" else {}
+    out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
+    from ..pipeline.ranks import in_group
+
+    if a.reuse_runs and not in_group():  # this process, or the launcher: the ranks find them finished
+        reused = _reuse_paper_runs(a, [c for c in todo if c.cell_id not in shared], out_of, fidelity)
+        todo = [c for c in todo if c.cell_id not in reused]
+        if not todo:
+            return 0
     group = None
     if a.executor == "distributed":
-        from ..pipeline.ranks import Group, die_with_torchrun, in_group
+        from ..pipeline.ranks import Group, die_with_torchrun
 
         if not in_group():
             return _launch_ranks(a, todo)
@@ -68,8 +77,6 @@ def _cmd_train(a: argparse.Namespace) -> int:
         group = Group.join(a.executor, device=a.device, timeout_s=a.dist_timeout)
         if group.rank != 0:  # rank 0 speaks for the run
             log.setLevel(max(log.level, logging.WARNING))
-    shared = same_runs(todo) if a.profile == "mini" else {}
-    out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
     failed, total = [], len(todo)
     if a.pack_size > 1:
         if group is not None:
@@ -190,6 +197,26 @@ def _launch_ranks(a: argparse.Namespace, todo) -> int:
     if line:
         print(line, file=sys.stderr, flush=True)
     return status
+
+
+def _reuse_paper_runs(a: argparse.Namespace, cells, out_of, fidelity) -> set[str]:
+    """The grid cells (--grid) recorded as their paper twin's finished run from --reuse-runs
+    (lpdl_core.pipeline.runcell.reuse_paper_runs); the others are left to be trained."""
+    from ..pipeline.cells import load_cells
+    from ..pipeline.runcell import reuse_paper_runs
+
+    if not a.grid or a.profile != "mini":
+        raise LpdlError("--reuse-runs: only grid cells (--grid) of the mini profile reuse the paper's runs")
+    if "{cell}" not in a.reuse_runs:
+        raise LpdlError("--reuse-runs must contain {cell} (e.g. results/mini/runs/{cell}/seed1234)")
+    reused, refused = reuse_paper_runs(cells, load_cells(a.paper_dir), a.reuse_runs, out_of, seed=a.seed,
+                                       fidelity=fidelity)
+    for cid, why in refused:
+        log.warning(f"[{cid}] not reusing {why}; training the cell")
+    for cid, (paper, m, src) in reused.items():
+        print(f"[{cid}] same run as the paper's {paper}: mean node acc {m['final']['mean_acc']:.2f} "
+              f"(reused from {src}) -> {out_of(cid)}", flush=True)
+    return set(reused)
 
 
 def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:

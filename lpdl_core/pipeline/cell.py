@@ -58,6 +58,16 @@ NAMES: dict[str, tuple[str, ...]] = dict(
     optimizer=OPTIMIZERS)
 # a grid's name, its cells' table (lpdl_core.pipeline.grids): lower-case words joined by '-'
 GRID_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+# the paper's ids begin t<k>- or fig<k>-: no grid may be named so (its ids would be the paper's)
+PAPER_ID_PREFIX = re.compile(r"(t|table|fig)\d*")
+ID_SUFFIX = re.compile(r"(?:-[a-z0-9.]+)+")
+NOT_COLUMNS = ("id_suffix",)  # Cell fields that are no table column
+
+
+def is_grid_name(name: str) -> bool:
+    """Lower-case words joined by '-', the first not shaped like the paper's id prefixes (t3, fig1,
+    table...), so that a grid's ids never are the paper's."""
+    return bool(GRID_NAME.fullmatch(name)) and not PAPER_ID_PREFIX.fullmatch(name.split("-")[0])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +99,10 @@ class Cell:
     compressor: str = "topk"  # topk | randomk (both drop `compression` %) | qsgd:<level> | minmax8:<bits> | identity
     partition: str = "skew"   # skew (the paper's, by the skew column) | dirichlet:<alpha>
     mini_epochs: int = 0      # epochs of the cell's mini run; 0: the mini profile's own (lpdl_core.pipeline.mini)
+    # not a column: what a grid adds to the id where two of its cells would share one (the columns
+    # they differ in, e.g. "-len12"; lpdl_core.pipeline.grids). Not part of the run identity's
+    # columns: the id, which holds it, is.
+    id_suffix: str = ""
 
     def _fail(self, column: str, msg: str) -> None:
         raise CellError(column, msg)
@@ -97,7 +111,7 @@ class Cell:
         for col in ("eta", "skew", "lr"):
             if not math.isfinite(getattr(self, col)):
                 self._fail(col, f"must be a finite number, got {getattr(self, col)}")
-        if self.table not in TABLES and (not GRID_NAME.fullmatch(self.table) or self.table.startswith("table")):
+        if self.table not in TABLES and not is_grid_name(self.table):
             self._fail("table", f"{self.table!r} is not one of {', '.join(TABLES)} (or a grid's name)")
         for col, valid in NAMES.items():
             if getattr(self, col) not in valid:
@@ -141,6 +155,8 @@ class Cell:
             self._fail("mini_epochs", f"must be >= 0 (0: the mini profile's own), got {self.mini_epochs}")
         if self.final_gossip_rounds < 0 or (self.nodes == 1 and self.final_gossip_rounds):
             self._fail("final_gossip_rounds", "must be >= 0, and 0 for a single node")
+        if self.id_suffix and not ID_SUFFIX.fullmatch(self.id_suffix):
+            self._fail("id_suffix", f"must be '-'-joined lower-case words, got {self.id_suffix!r}")
         if self.paper_acc is not None and not 0.0 <= self.paper_acc <= 100.0:
             self._fail("paper_acc", f"must be a percentage, got {self.paper_acc}")
         if not 0 <= self.seed <= MAX_SEED:  # what numpy's and torch's seeding take (lpdl_core.config)
@@ -221,7 +237,7 @@ class Cell:
             parts.append("qgm")
         if self.table == "fig1":
             parts.append(self.norm)
-        return "-".join(parts)
+        return "-".join(parts) + self.id_suffix
 
     def _compression_id(self) -> str:
         """c<percent> for the paper's top-k; another compressor names itself (rk90, qsgd4, mm8, ident)."""

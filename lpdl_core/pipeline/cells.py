@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import PACKAGE_DIR, TABLES
 from ..errors import ConfigError
-from .cell import Cell, CellError
+from .cell import NOT_COLUMNS, Cell, CellError
 
 # rows per artifact in the paper (fig1: one run per normalization layer compared)
 expected_counts = {"table1": 14, "table2": 128, "table3": 16, "table4": 16, "table5": 48, "fig1": 4}
@@ -27,7 +27,8 @@ _INT = {"nodes", "compression", "epochs", "batch_per_node", "final_gossip_rounds
 _FLOAT = {"eta", "skew", "lr"}
 # the open grid's columns: optional in a CSV, after the paper's COLUMNS, defaults the paper's
 EXTENSION_COLUMNS = ("compressor", "partition", "mini_epochs")
-COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in EXTENSION_COLUMNS)  # every paper CSV's header
+COLUMNS = tuple(f.name for f in fields(Cell)
+                if f.name not in EXTENSION_COLUMNS + NOT_COLUMNS)  # every paper CSV's header
 # their defaults: a run identity leaves a column out at its default, so the paper's runs keep theirs
 EXTENSION_DEFAULTS = {f.name: f.default for f in fields(Cell) if f.name in EXTENSION_COLUMNS}
 

@@ -83,9 +83,12 @@ def default_cells_per_job(profile: str) -> str:
 
 
 def _pack_job_name(block_job: str, cell, taken: set[str]) -> str:
-    """A readable name for a pack group's job: the block job's, its algorithm (and -qgm), and a
-    number where two groups of the block would share it."""
+    """A readable name for a pack group's job: the block job's, its algorithm (and -qgm); for a grid
+    (whose one block mixes node counts and lengths) also its nodes and length; then a number where
+    two groups would share it."""
     name = f"{block_job}-{cell.algorithm}" + ("-qgm" if cell.momentum == "qgm" else "")
+    if cell.block == cell.table:  # a grid's cells (the block job's name holds the length)
+        name += f"-n{cell.nodes}"
     return name if name not in taken else next(f"{name}-{i}" for i in itertools.count(2) if f"{name}-{i}" not in taken)
 
 
@@ -105,7 +108,9 @@ def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job
     pack_names: dict[tuple, str] = {}
     for c in cells:
         home = by_id[shared.get(c.cell_id, c.cell_id)]
-        name = f"{home.table}-{home.block}-{home.precision}"
+        # a grid's cells are one block named as the grid: a job per precision and length instead
+        name = f"{home.table}-{home.block}-{home.precision}" if home.block != home.table else \
+            f"{home.table}-{home.precision}" + (f"-len{home.mini_epochs}" if home.mini_epochs else "")
         if split:
             key = (name, pack_key(home))
             if key not in pack_names:

@@ -12,7 +12,12 @@ table (so cells stay comparable), and is recorded in each run's mapping:
   ones projected on their top 64 principal components (the paper fine-tunes a pretrained model;
   a random-init one learns too little from 1,344 sentences);
 * global batch / BATCH_DIVISOR (so batch per node / BATCH_DIVISOR: one rule for every table), at
-  the paper's learning rate (docs/mini-profile.md says what a scaled one did);
+  the paper's learning rate (docs/mini-profile.md says what a scaled one did), except where a node
+  in effect trains alone on a tiny batch: per-node batch at most ALONE_BATCH and η at most
+  ALONE_ETA (each round mixes in at most 1 % of the neighbours' difference). There no averaging
+  makes up for the quarter batch, and a step of the paper's rate on 4 samples kills the
+  classifier's ReLUs in the warm-up (Table 2's 16-node VGG-11 torus at 99 %), so the rate is
+  scaled to the batch as the batch was (linear scaling: × mini batch / paper batch);
 * epochs per data kind (a cell's `mini_epochs` column, where set, instead: an extension grid
   sized to a time budget), and a per-step schedule (linear warm-up over WARMUP_FRACTION of the steps,
   then cosine to 0) instead of the paper's 200-epoch milestones: a few hundred steps in all;
@@ -33,6 +38,8 @@ from .cells import EXTENSION_COLUMNS
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
 IMAGE_EPOCHS = 6
+ALONE_BATCH = 4      # per-node mini batch at most this ...
+ALONE_ETA = 0.01     # ... and η at most this: the node in effect trains alone (linear lr scaling)
 TEXT_EPOCHS = 6
 WARMUP_FRACTION = 0.3
 TEXT_LR = 5e-3
@@ -77,6 +84,16 @@ def _own_epochs(cell) -> int:
     return getattr(cell, "mini_epochs", 0)
 
 
+def trains_alone(cell) -> bool:
+    """Whether the mini run's nodes in effect train alone on a tiny batch (module docstring)."""
+    return cell.nodes > 1 and mini_batch(cell.batch_per_node) <= ALONE_BATCH and cell.eta <= ALONE_ETA
+
+
+def epochs_of(cell) -> int:
+    """The epochs of the cell's mini run: its mini_epochs, or the protocol's for its data kind."""
+    return _own_epochs(cell) or (TEXT_EPOCHS if cell.model == "distilbert" else IMAGE_EPOCHS)
+
+
 def _epochs_line(cell, epochs: int) -> str:
     return f"epochs {cell.epochs} -> {epochs}" + (" (the cell's mini_epochs)" if _own_epochs(cell) else "")
 
@@ -87,7 +104,7 @@ def mini_run(cell) -> MiniRun:
     common = [f"batch per node {cell.batch_per_node} -> {batch} (global batch / {BATCH_DIVISOR}, every table)"]
     if cell.model == "distilbert":
         dataset = TEXT_STANDINS[cell.dataset]
-        epochs, lr = _own_epochs(cell) or TEXT_EPOCHS, TEXT_LR
+        epochs, lr = epochs_of(cell), TEXT_LR
         tiny = ", ".join(f"{k} {v}" for k, v in TINY_DISTILBERT.items())
         mapping = [f"dataset {cell.dataset} -> {dataset} (MiniLM tokenizer, {TEXT_MAX_LENGTH} tokens)",
                    f"model distilbert -> tiny DistilBERT ({tiny}), frozen word embeddings = MiniLM's "
@@ -96,10 +113,14 @@ def mini_run(cell) -> MiniRun:
         kwargs = (("max_length", TEXT_MAX_LENGTH), ("tokenizer", "minilm"))
         model, what = "distilbert-tiny", f"tiny DistilBERT ({tiny}), frozen MiniLM word embeddings"
     else:
-        dataset, epochs, lr = "digits", _own_epochs(cell) or IMAGE_EPOCHS, cell.lr
+        dataset, epochs, lr = "digits", epochs_of(cell), cell.lr
         name, note = standin(cell.model)
         mapping = [f"dataset {cell.dataset} -> digits stand-in (native {IMAGE_SIZE} px, no augmentation)",
                    f"model {cell.model} -> {name}: {note}", _epochs_line(cell, epochs)]
+        if trains_alone(cell):
+            lr = cell.lr * batch / cell.batch_per_node
+            mapping.append(f"lr {cell.lr:g} -> {lr:g} (each node in effect trains alone, η {cell.eta:g} on a batch "
+                           f"of {batch}: the rate scaled to the batch, × {batch}/{cell.batch_per_node})")
         kwargs = (("augment", "none"), ("image_size", IMAGE_SIZE), ("standin_for", cell.dataset))
         model, what = name, note
     schedule = (f"lr schedule {cell.lr_schedule} -> per-step linear warm-up over "
@@ -138,18 +159,20 @@ def gossip_kind(cell) -> str:
     return cell.algorithm
 
 
-# Every column a mini run depends on besides the algorithm (gossip_kind) and the seed; the others
-# (table, block, notes, paper_acc, epochs, lr_schedule, milestones, seed) it does not read (a test holds this
-# list and Cell's columns together).
+# Every column a mini run depends on besides the algorithm (gossip_kind), the seed and its length
+# (epochs_of: mini_epochs, 0 meaning the protocol's); the others (table, block, notes, paper_acc,
+# epochs, lr_schedule, milestones, seed) it does not read (a test holds this list and Cell's
+# columns together).
 RUN_AXES = ("dataset", "model", "nodes", "topology", "compression", "eta", "skew", "precision", "momentum",
-            "norm", "optimizer", "lr", "batch_per_node", "final_gossip_rounds") + EXTENSION_COLUMNS
+            "norm", "optimizer", "lr", "batch_per_node", "final_gossip_rounds") + tuple(
+    c for c in EXTENSION_COLUMNS if c != "mini_epochs")
 
 
 def run_key(cell, seed: int) -> tuple:
     """Everything a mini run is computed from: cells with equal keys have identical mini runs.
     (Table, block, epochs and schedule of the paper do not enter: the mini protocol sets them by
-    data kind.)"""
-    return (gossip_kind(cell), seed) + tuple(getattr(cell, k) for k in RUN_AXES)
+    data kind; a grid cell of 6 mini epochs is the paper cell whose protocol runs 6.)"""
+    return (gossip_kind(cell), seed, epochs_of(cell)) + tuple(getattr(cell, k) for k in RUN_AXES)
 
 
 def same_runs(cells, seed: int = 0) -> dict[str, str]:
@@ -164,3 +187,12 @@ def same_runs(cells, seed: int = 0) -> dict[str, str]:
         else:
             first[k] = c.cell_id
     return out
+
+
+def twins(cells, others, seed: int = 0) -> dict[str, object]:
+    """cell_id -> the first of `others` (e.g. the paper's cells) whose mini run is the cell's
+    (equal run_key), for every cell that has one."""
+    first: dict[tuple, object] = {}
+    for o in others:
+        first.setdefault(run_key(o, seed), o)
+    return {c.cell_id: first[run_key(c, seed)] for c in cells if run_key(c, seed) in first}

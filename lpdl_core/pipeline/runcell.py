@@ -263,3 +263,27 @@ def share_run(cell: Cell, primary: Cell, primary_dir: str | Path, out_dir: str |
     write_json(out / "metrics.json", dict(m, config=config, identity=identity))
     keep_run(out, identity)
     return read_run_metrics(out / "metrics.json", identity)
+
+
+def reuse_paper_runs(cells, paper_cells, template: str, out_of, *, seed: int | None = None,
+                     fidelity: Fidelity = Fidelity()) -> tuple[dict, list]:
+    """Grid cells whose mini run is a paper cell's (mini.twins) and whose twin's finished run is
+    in `template` (a run folder holding {cell}), each recorded in out_of(its id) as that run
+    (share_run, which checks the twin's files are exactly that paper cell's run for this seed and
+    fidelity): ({cell id: (paper id, metrics, source folder)}, [(cell id, why not reused)])."""
+    from ..errors import CorruptFile, RunMismatch
+    from .mini import twins
+
+    by_id = {c.cell_id: c for c in cells}
+    reused, refused = {}, []
+    for cid, paper in twins(cells, paper_cells).items():
+        src = Path(template.replace("{cell}", paper.cell_id))
+        if not (src / "metrics.json").is_file():
+            continue
+        try:
+            m = share_run(by_id[cid], paper, src, out_of(cid), "mini", seed=seed, fidelity=fidelity)
+        except (RunMismatch, CorruptFile) as e:
+            refused.append((cid, f"{src}: {e}"))
+            continue
+        reused[cid] = (paper.cell_id, m, src)
+    return reused, refused

@@ -37,8 +37,8 @@ from .own_momentum import identity_part
 from ..errors import ConfigError, CorruptFile, RunMismatch
 from .results import code_sha256
 
-# Cell columns that do not change what a run computes.
-NOT_IDENTITY = ("paper_acc", "notes", "seed")
+# Cell fields that do not change what a run computes (a grid's id suffix is in the id itself).
+NOT_IDENTITY = ("paper_acc", "notes", "seed", "id_suffix")
 ARTIFACTS = ("metrics.json", "curve.csv", "partition.csv")
 KEPT = ".kept"
 

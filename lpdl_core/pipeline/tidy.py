@@ -24,12 +24,13 @@ import pandas as pd
 
 from ..config import FIDELITY_CHOICES, Fidelity, fidelity_mode
 from ..errors import CorruptFile, RunMismatch
-from .cell import Cell
+from .cell import NOT_COLUMNS, Cell
 from .results import CURVE_COLUMNS
 from .runstore import identity_of, read_run_metrics, run_identity, run_key
 from .targets import num_classes
 
-CELL_COLUMNS = tuple(f.name for f in fields(Cell) if f.name not in ("paper_acc", "notes", "milestones", "seed"))
+CELL_COLUMNS = tuple(f.name for f in fields(Cell)
+                     if f.name not in ("paper_acc", "notes", "milestones", "seed", *NOT_COLUMNS))
 PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
 RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",

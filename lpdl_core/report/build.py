@@ -79,6 +79,7 @@ def build_report(results_dir: str | Path | None, out_dir: str | Path = "report",
     from .html import render_html
     from .latex import build_pdf, write_latex
     from .figures_style import MINI_NOTE
+    from .claims_figure import claims_figure
     from .grids import grid_section
     from .merge import merge_view
     from .modes_view import modes_view
@@ -88,16 +89,21 @@ def build_report(results_dir: str | Path | None, out_dir: str | Path = "report",
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paper = results_dir is not None  # None: no paper tables (config `tables: []`), the grids alone
+    grids = [grid_section(d) for d in grid_dirs]
+    claim_runs = [g.runs for g in grids if g.spec.claims]  # the claims grids' runs are claims evidence
     if paper:
         data = load_report_data(results_dir, paper_dir, tables=tables, compare_dir=compare_dir)
         log(f"report: profile {data.profile}, {int((data.summary['status'] != 'missing').sum())} of "
             f"{len(data.cells)} cells with results ({len(data.runs)} runs)")
         figs, fig_errors = _figures(data, log)
-        claims = check_claims(data)
+        claims = check_claims(data, grid_runs=claim_runs)
     else:
         data = load_grids_data(grid_dirs)
         log(f"report: profile {data.profile}, extension grids only ({len(data.runs)} runs)")
-        figs, fig_errors, claims = [], [], []
+        figs, fig_errors = [], []
+        claims = check_claims(data, grid_runs=claim_runs, with_cost=False) if claim_runs else []
+    claims_fig = claims_figure(claims, MINI_NOTE if data.profile == "mini" else "")
+    figs += [claims_fig] if claims_fig is not None else []
     header = build_header(data, generated_by={"git_sha": git("rev-parse", "HEAD")}, grids_only=not paper)
     if fig_errors:
         header = replace(header, warnings=header.warnings + tuple(f"Figure not drawn: {e}" for e in fig_errors))
@@ -106,7 +112,6 @@ def build_report(results_dir: str | Path | None, out_dir: str | Path = "report",
     modes = modes_view(data) if paper else None
     if modes is not None:
         log(f"modes: {modes.title} ({compare_dir}): {modes.sentence}")
-    grids = [grid_section(d) for d in grid_dirs]
     for g in grids:
         log(f"grid {g.spec.name}: {g.finished} of {g.cells} cells finished, {len(g.effects)} effects")
     figs += [g.figure for g in grids if g.figure is not None]

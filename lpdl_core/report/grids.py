@@ -26,8 +26,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import CorruptFile
+from ..pipeline.grids import LENGTH_AXIS
 from .effects import seed_effects, seed_sign
 from .model import Figure
+from .trend import Point, grid_trend
 
 GRID_FILE = "grid.json"
 GRID_VERDICTS = ("higher", "lower", "no sign", "within noise", "not learned", "missing")
@@ -39,9 +41,13 @@ class GridSpec:
     description: str
     axes: dict[str, list[str]]            # axis -> its labels, the first the baseline
     labels: dict[str, dict[str, str]]     # cell id -> axis -> label
+    lengths: tuple[int, ...] = ()         # the length ladder (mini epochs), labels of LENGTH_AXIS
+    claims: bool = False                  # its runs are evidence for the paper's claims
 
     def varying(self) -> list[str]:
-        return [a for a, values in self.axes.items() if len(values) > 1]
+        """The axes an effects row compares (the length ladder is not one: each effect is given
+        at every length instead)."""
+        return [a for a, values in self.axes.items() if len(values) > 1 and not (self.lengths and a == LENGTH_AXIS)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,25 +55,30 @@ class GridEffectRow:
     axis: str
     compared: str               # "v − b"
     pairs: int                  # pairs of learned runs behind `effect` (in any seed)
-    effect: float | None        # mean over seeds (points)
+    effect: float | None        # mean over seeds (points); with a length ladder, at the longest length
     spread: float | None        # standard deviation over seeds (None with one seed)
     seeds: int
     verdict: str                # one of GRID_VERDICTS
+    by_length: tuple[Point, ...] = ()  # with a length ladder: the effect at each length that has one
+    trend: str = ""             # report.trend.grid_trend over them: settled, shrinking, growing, ...
+    trend_words: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class GridSection:
     spec: GridSpec
     cells: int
     finished: int               # cells with at least one finished (ok) run
     effects: list[GridEffectRow]
     figure: Figure | None
+    runs: pd.DataFrame          # the grid's runs.csv (the claims read a claims grid's)
 
 
 def spec_dict(grid) -> dict:
     """grid.json's content for a lpdl_core.pipeline.grids.Grid."""
     return {"name": grid.name, "description": grid.description,
-            "axes": {a: list(values) for a, values in grid.axes.items()}, "labels": grid.labels}
+            "axes": {a: list(values) for a, values in grid.axes.items()}, "labels": grid.labels,
+            "lengths": list(grid.lengths), "claims": grid.claims}
 
 
 def load_spec(path: Path) -> GridSpec:
@@ -75,7 +86,8 @@ def load_spec(path: Path) -> GridSpec:
         d = json.loads(path.read_text(encoding="utf-8"))
         return GridSpec(name=str(d["name"]), description=str(d.get("description", "")),
                         axes={str(a): [str(v) for v in vs] for a, vs in d["axes"].items()},
-                        labels={str(c): {str(a): str(v) for a, v in ls.items()} for c, ls in d["labels"].items()})
+                        labels={str(c): {str(a): str(v) for a, v in ls.items()} for c, ls in d["labels"].items()},
+                        lengths=tuple(int(n) for n in d.get("lengths", ())), claims=bool(d.get("claims", False)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise CorruptFile(f"{path}: not a grid description ({type(e).__name__}: {e})") from None
 
@@ -95,9 +107,11 @@ def _verdict(values: list[float]) -> str:
 
 
 def grid_effects(spec: GridSpec, runs: pd.DataFrame) -> list[GridEffectRow]:
-    """One row per varying axis and non-baseline label, in the grid's order (module docstring)."""
+    """One row per varying axis and non-baseline label, in the grid's order (module docstring);
+    with a length ladder, each at every length, its verdict at the longest and its trend."""
     acc, classes = _acc(runs)
     seeds = sorted({int(s) for s in runs["seed"]}) if len(runs) else []
+    lengths = [str(n) for n in spec.lengths] or [""]
     rows = []
     for axis in spec.varying():
         base = spec.axes[axis][0]
@@ -107,14 +121,27 @@ def grid_effects(spec: GridSpec, runs: pd.DataFrame) -> list[GridEffectRow]:
             by_rest.setdefault(rest, {})[labels[axis]] = cid
         for v in spec.axes[axis][1:]:
             pairs = [(g[v], g[base]) for g in by_rest.values() if v in g and base in g]
-            per_seed, used, with_results = seed_effects(pairs, acc, seeds, classes, key=str)
+            points, last = [], None
+            for L in lengths:
+                at = [p for p in pairs if not L or spec.labels[p[0]].get(LENGTH_AXIS) == L]
+                last = seed_effects(at, acc, seeds, classes, key=str)
+                if last[0] and L:
+                    points.append(Point(length=int(L), mean=statistics.fmean(last[0]), seeds=len(last[0]),
+                                        spread=statistics.stdev(last[0]) if len(last[0]) > 1 else None,
+                                        pairs=len(last[1])))
+            if spec.lengths and points:  # the verdict at the longest length that has an effect
+                last = seed_effects([p for p in pairs if spec.labels[p[0]].get(LENGTH_AXIS) == str(points[-1].length)],
+                                    acc, seeds, classes, key=str)
+            per_seed, used, with_results = last
             if per_seed:
                 verdict, effect = _verdict(per_seed), statistics.fmean(per_seed)
                 spread = statistics.stdev(per_seed) if len(per_seed) > 1 else None
             else:
                 verdict, effect, spread = ("not learned" if with_results else "missing"), None, None
+            trend, words = grid_trend(points)
             rows.append(GridEffectRow(axis=axis, compared=f"{v} − {base}", pairs=len(used), effect=effect,
-                                      spread=spread, seeds=len(per_seed), verdict=verdict))
+                                      spread=spread, seeds=len(per_seed), verdict=verdict, by_length=tuple(points),
+                                      trend=trend, trend_words=words))
     return rows
 
 
@@ -176,4 +203,4 @@ def grid_section(results_dir: str | Path) -> GridSection:
         raise CorruptFile(f"{d / 'runs.csv'}: cannot be read ({type(e).__name__}: {e})") from None
     finished = runs[runs["status"] == "ok"]["cell_id"].nunique() if not runs.empty else 0
     return GridSection(spec=spec, cells=len(spec.labels), finished=int(finished),
-                       effects=grid_effects(spec, runs), figure=bytes_figure(spec, runs))
+                       effects=grid_effects(spec, runs), figure=bytes_figure(spec, runs), runs=runs)

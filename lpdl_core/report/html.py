@@ -18,12 +18,12 @@ from .merge import MergeView
 from .grids_view import grids_html
 from .merge_view import merge_html
 from .modes_view import ModesView, modes_html
-from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable, has_paper_part
+from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable, has_paper_part, verdict_kind
 from .table_style import html_table
 from .templating import Markup, heading, html_env
 
-VERDICT_CLASS = {"holds": "v-holds", "does not hold": "v-fails", "within noise": "v-noise",
-                 "not enough cells": "v-na"}
+KIND_CLASS = {"holds": "v-holds", "fails": "v-fails", "noise": "v-noise", "moving": "v-moving", "partly": "v-partly",
+              "na": "v-na"}
 
 
 def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
@@ -36,7 +36,7 @@ def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
     sections, the profile note) (report.grids_view), shown before the tables when given."""
     titles = {t.name: heading(t.name, t.title) for t in tables}
     page = html_env().get_template("report.html.j2").render(
-        header=header, claims=list(claims), verdict_class=VERDICT_CLASS,
+        header=header, claims=list(claims), verdict_class={c.verdict: KIND_CLASS[verdict_kind(c.verdict)] for c in claims},
         effects=Markup(effects_html(effects, titles)) if effects is not None else None,
         modes=Markup(modes_html(modes)) if modes is not None else None,
         modes_title=modes.title if modes is not None else "",

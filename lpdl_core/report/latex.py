@@ -21,14 +21,14 @@ from .merge import MergeView
 from .grids_view import grids_tex
 from .merge_view import merge_tex
 from .modes_view import ModesView, modes_tex
-from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable, has_paper_part
+from .model import DELTA_BANDS, LEARNED_MARGIN, Claim, Figure, Header, PaperTable, has_paper_part, verdict_kind
 from .table_style import CELL_COLOURS, FLAT_COLOUR, tex_tabular
 from .templating import Tex, caption, heading, tex_env, tex_escape
 
 __all__ = ["NO_ENGINE", "build_pdf", "report_tex", "table_tex", "tex_escape", "write_latex"]
 
-VERDICT_COLOURS = {"holds": "2E7D32", "does not hold": "C62828", "within noise": "B36B00",
-                   "not enough cells": "757575"}
+KIND_COLOURS = {"holds": "2E7D32", "fails": "C62828", "noise": "B36B00", "moving": "1565C0", "partly": "558B2F",
+                "na": "757575"}
 
 NO_ENGINE = ("no LaTeX engine found (install texlive-latex-base texlive-latex-recommended "
              "latexmk): report.pdf not built")
@@ -71,7 +71,8 @@ def report_tex(header: Header, tables: list[PaperTable], claims: list[Claim],
                  title=heading(f.name, f.title), caption=f.caption)
             for f in figures if figure_files.get(f.name)]
     return tex_env().get_template("report.tex.j2").render(
-        header=header, claims=list(claims), verdict_colours=VERDICT_COLOURS,
+        header=header, claims=list(claims),
+        verdict_colours={c.verdict: KIND_COLOURS[verdict_kind(c.verdict)] for c in claims},
         effects=Tex(effects_tex(effects, tex_escape, titles)) if effects is not None else None,
         modes=Tex(modes_tex(modes)) if modes is not None else None,
         merge=Tex(merge_tex(merge)) if merge is not None else None,

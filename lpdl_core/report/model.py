@@ -16,7 +16,18 @@ from ..pipeline.cell import Cell
 # partly-*: some seeds finished (the number is theirs); damaged: a run whose files cannot be used
 STATUSES = ("ok", "partly-diverged", "partly-damaged", "diverged", "damaged", "missing")
 NO_NUMBER = ("missing", "diverged", "damaged")  # statuses shown without a reproduced value
-VERDICTS = ("holds", "does not hold", "within noise", "not enough cells")
+# a claim's verdict (report.claims; the trend ones: report.trend); claim 6 may also say
+# "holds for the all-8-bit scheme; <r>x as implemented"
+VERDICTS = ("holds", "does not hold", "within noise", "not enough cells", "converging", "not settled",
+            "not judged at one length")
+# how a verdict is coloured: holds, fails, noise, moving (still changing with length), partly (holds for
+# the paper's assumptions, not as implemented), na (nothing to judge)
+VERDICT_KIND = {"holds": "holds", "does not hold": "fails", "within noise": "noise", "converging": "moving",
+                "not settled": "moving", "not judged at one length": "na", "not enough cells": "na"}
+
+
+def verdict_kind(verdict: str) -> str:
+    return VERDICT_KIND.get(verdict) or ("partly" if verdict.startswith("holds for") else "na")
 
 
 def has_paper_part(tables, grids) -> bool:
@@ -95,6 +106,8 @@ class Claim:
     verdict: str                   # one of VERDICTS
     evidence: str                  # what was compared, with the numbers
     cells: int = 0                 # how many cell pairs were used
+    points: tuple = ()             # report.trend.Point per length (the claims figure), claims 1-5
+    what: str = ""                 # the effect and its bound, e.g. "FP − LP < 1"
 
 
 @dataclass(frozen=True, kw_only=True)

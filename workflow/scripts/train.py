@@ -21,6 +21,9 @@ cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
 grid = grid_of_folder(results, cfg["profile"], cfg.get("extensions") or ())
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
         *(("--grid", grid) if grid else ()),
+        # a grid cell whose mini run is a paper cell's reuses the paper's finished run (mini profile)
+        *(("--reuse-runs", f"results/{results.removesuffix('-' + grid)}/runs/{{cell}}/seed{seed}")
+          if grid and cfg["profile"] == "mini" else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
         *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--device", cfg["device"], "--executor", cfg["executor"],
         *(("--compile", "--compile-mode", cfg.get("compile_mode", "auto")) if cfg.get("compile") else ()),
