@@ -50,7 +50,8 @@ RUNS = {
     # rounds, at most L − 1 of them, the trailing forward, the epoch test before its last gossip,
     # test batch 64)
     "choco-tv-fp32": dict(model="fp32", graph="time-varying-exponential",
-                          gossip=GossipCfg(algorithm="choco", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.9)),
+                          gossip=GossipCfg(algorithm="choco", eta=0.5,
+                                           compressor=CompressorCfg(kind="topk", ratio=0.9)),
                           run=RunCfg(epochs=3, batch_size=16, lr=0.05, skew=0.8, final_gossip_rounds=3)),
     "ds-dring-int8": dict(model="int8", graph="directed-ring",
                           gossip=GossipCfg(algorithm="ds", eta=0.5, compressor=CompressorCfg(kind="topk", ratio=0.5)),

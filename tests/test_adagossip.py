@@ -394,7 +394,8 @@ def test_distributed_equals_loop(case, dist_run):
         got = torch.load(dist_run[0] / f"{case.name}-{r}.pt")
         assert got["bytes"] == float(sim.bytes_sent[r]) > 0, (case.name, r)
         assert float(got["u"]) == 1.0 == float(sim.u[r])
-        torch.testing.assert_close(got["x"], sim.x[r], rtol=1e-5, atol=1e-6, msg=lambda m: f"{case.name} rank {r}: {m}")
+        torch.testing.assert_close(got["x"], sim.x[r], rtol=1e-5, atol=1e-6,
+                                   msg=lambda m, r=r: f"{case.name} rank {r}: {m}")
     assert float((sim.x - sim.x[0]).abs().max()) > 1e-4
 
 

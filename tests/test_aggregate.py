@@ -18,7 +18,8 @@ T3 = load_cells(tables=["table3"])
 def _metrics(cell, acc, status="ok", seed=1, classes=None, same=None, sha="ab" * 20):
     return {"status": status, "final": {"mean_acc": acc, "avg_model_acc": acc + 1, "consensus_distance": 0.123456,
                                         "node_acc": [acc - 1, acc + 1]},
-            "bytes_per_node": 2e6, "wall_time_s": 3.0, "diverged_at": {"epoch": 2, "iteration": 5} if status != "ok" else None,
+            "bytes_per_node": 2e6, "wall_time_s": 3.0,
+            "diverged_at": {"epoch": 2, "iteration": 5} if status != "ok" else None,
             "num_classes": classes,
             "config": {"cell_id": cell.cell_id, "seed": seed, "mapping": ["dataset cifar10 -> digits"],
                        **({"same_run_as": same} if same else {})},
@@ -30,7 +31,8 @@ def _write(root, cell, m, seed=1, curve_rows=2):
     d = run_dir(root, cell.cell_id, seed)
     d.mkdir(parents=True)
     (d / "metrics.json").write_text(json.dumps(m))
-    (d / "curve.csv").write_text("epoch,lr,train_loss,mean_acc,avg_model_acc,consensus_distance,test_loss,bytes_per_node\n"
+    (d / "curve.csv").write_text("epoch,lr,train_loss,mean_acc,avg_model_acc,consensus_distance,"
+                                 "test_loss,bytes_per_node\n"
                                  + "".join(f"{e},0.1,1.0,{50 + e},{51 + e},0.1,1.0,100\n" for e in range(curve_rows)))
 
 

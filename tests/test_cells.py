@@ -1,4 +1,5 @@
-"""The packaged paper cells (lpdl_core/pipeline/paper/*.csv): counts, validation, ids, and values checked against the paper's text."""
+"""The packaged paper cells (lpdl_core/pipeline/paper/*.csv): counts, validation, ids, and values checked
+against the paper's text."""
 import csv
 import os
 import re
@@ -186,3 +187,23 @@ def test_every_value_matches_paper_text(table, start, stop, k):
     with open(PAPER_DIR / f"{table}.csv", newline="") as fh:
         csv_values = [r["paper_acc"] for r in csv.DictReader(fh)]
     assert csv_values == _paper_numbers(start, stop, k)
+
+
+def test_the_papers_226_ids_and_run_identities_are_the_stored_ones():
+    """Every paper cell keeps its id and, in both profiles and both fidelity modes, its run
+    identity (run_key) as stored in tests/data/paper-identities.json: a change of the cell
+    machinery (grid ids, new columns) never renames or recomputes a finished paper run. A change
+    that is meant to recompute runs updates that file in the same commit (the 16 cells of Table 2's
+    16-node VGG-11 torus at 99 % changed at the claims study's commit: their mini lr)."""
+    import json
+
+    from lpdl_core.config import Fidelity
+    from lpdl_core.pipeline.runstore import run_identity, run_key
+
+    stored = json.loads((Path(__file__).parent / "data" / "paper-identities.json").read_text())
+    cells = load_cells()
+    assert len(cells) == 226 and {k.split("|")[0] for k in stored} == {c.cell_id for c in cells}
+    got = {f"{c.cell_id}|{profile}|{mode}": run_key(run_identity(c, profile=profile, seed=1234,
+                                                                 fidelity=Fidelity.preset(mode)))
+           for c in cells for profile in ("mini", "paper") for mode in ("paper", "official")}
+    assert got == stored

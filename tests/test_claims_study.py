@@ -62,8 +62,10 @@ def test_claims_read_the_trend_over_the_lengths():
 
 def test_a_gap_that_stays_is_does_not_hold_and_a_diverged_seed_drops_its_setting():
     flat = {**GAP, (True, 6): 8.0, (True, 12): 8.1, (True, 24): 8.0}
-    runs = grid_runs(lambda c, s: _acc(c, s) + (GAP[c.compression > 0, c.mini_epochs] - flat[c.compression > 0, c.mini_epochs]) * (c.precision == "int8"))
-    assert {c.number: c.verdict for c in check_claims(grid_only(runs), grid_runs=[runs], with_cost=False)}[2] == "does not hold"
+    runs = grid_runs(lambda c, s: _acc(c, s) + (GAP[c.compression > 0, c.mini_epochs]
+                                                - flat[c.compression > 0, c.mini_epochs]) * (c.precision == "int8"))
+    assert {c.number: c.verdict
+            for c in check_claims(grid_only(runs), grid_runs=[runs], with_cost=False)}[2] == "does not hold"
     # one seed of one compressed FP cell at 24 epochs diverged: its pairs leave every length (like for like)
     bad = GRID.cells[[c.cell_id for c in GRID.cells].index("claims-resnet20-dring8-c99-s0-ds-fp32-len24")]
     runs = grid_runs(status=lambda c, s: "diverged" if (c, s) == (bad, 1) else "ok")

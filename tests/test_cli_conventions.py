@@ -110,7 +110,8 @@ def test_a_bare_lpdl_prints_usage_and_every_command(capsys):
     assert out.startswith("usage: lpdl") and all(c in out for c in ("train", "bench", "cells", "report", "plan"))
 
 
-@pytest.mark.parametrize("typo,hint", [("trian", "did you mean 'train'?"), ("-q", None), ("xyzzy", "commands: topology")])
+@pytest.mark.parametrize("typo,hint", [("trian", "did you mean 'train'?"), ("-q", None),
+                                       ("xyzzy", "commands: topology")])
 def test_a_mistyped_command_suggests_the_closest_one(typo, hint, capsys):
     argv = [typo] if typo != "-q" else ["-q", "bnech"]
     assert main(argv) == 2

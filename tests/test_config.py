@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_config_imports_no_torch():
-    code = ("import sys, lpdl_core.config, lpdl_core.pipeline.cells, lpdl_core.pipeline.jobs, lpdl_core.pipeline.mini, lpdl_core.pipeline.runstore\n"
+    code = ("import sys, lpdl_core.config, lpdl_core.pipeline.cells, lpdl_core.pipeline.jobs, lpdl_core.pipeline.mini, "
+            "lpdl_core.pipeline.runstore\n"
             "print('torch' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
 
 
 def test_registries_hold_exactly_the_vocabulary():
@@ -139,7 +141,8 @@ def test_no_module_declares_a_vocabulary_name_again():
     import ast
 
     pkg = ROOT / "lpdl_core"
-    own = {t.id for node in ast.parse((pkg / "config.py").read_text()).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+    own = {t.id for node in ast.parse((pkg / "config.py").read_text()).body
+           if isinstance(node, (ast.Assign, ast.AnnAssign))
            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
            if isinstance(t, ast.Name) and t.id.isupper()}
     again = []
@@ -147,7 +150,8 @@ def test_no_module_declares_a_vocabulary_name_again():
         if path.name == "config.py" and path.parent == pkg:
             continue
         for node in ast.parse(path.read_text()).body:
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            targets = (node.targets if isinstance(node, ast.Assign)
+                       else [node.target] if isinstance(node, ast.AnnAssign) else [])
             again += [f"{path.relative_to(ROOT)}:{node.lineno}: {t.id}" for t in targets
                       if isinstance(t, ast.Name) and t.id in own]
     assert not again, again

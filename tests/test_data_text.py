@@ -178,7 +178,8 @@ def test_agnews_hf_cache_fallback(tmp_path, monkeypatch, tok):
 
 SENTLEN_LINES = [
     ("tr", 0, "The cat sat down ."), ("tr", 1, "She said that it would rain later today , again ."),
-    ("tr", 5, " ".join(["word"] * 27) + " ."), ("tr", 2, "One two three four five six seven eight nine ten eleven twelve thirteen ."),
+    ("tr", 5, " ".join(["word"] * 27) + " ."),
+    ("tr", 2, "One two three four five six seven eight nine ten eleven twelve thirteen ."),
     ("va", 3, " ".join(["x"] * 18)), ("va", 4, " ".join(["y"] * 22)),
     ("te", 0, "Here we go again ."), ("te", 5, " ".join(["z"] * 27)),
 ]

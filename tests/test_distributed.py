@@ -92,7 +92,7 @@ def _check(case: Case, out: Path) -> None:
             assert off.float().mean() < 0.02, (case.name, r, int(off.sum()))
             assert float((x - ref).abs().max()) <= 3 * 2 * move / 255, (case.name, r)
         else:
-            torch.testing.assert_close(x, ref, rtol=RTOL, atol=ATOL, msg=lambda m: f"{case.name} rank {r}: {m}")
+            torch.testing.assert_close(x, ref, rtol=RTOL, atol=ATOL, msg=lambda m, r=r: f"{case.name} rank {r}: {m}")
     assert float((sim.x - sim.x[0]).abs().max()) > 1e-4  # the nodes did move apart
 
 

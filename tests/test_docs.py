@@ -210,7 +210,7 @@ def test_every_evidence_file_belongs_to_a_cited_measurement():
             cited.add((page.parent / link).resolve())
     folders = {p.parent for p in cited}
     kept = [p for p in root.rglob("*") if p.is_file() and "facts" not in p.relative_to(root).parts
-            and p.name != "machines.json"]
+            and p.name != "machines.json" and "__pycache__" not in p.parts]
     orphans = sorted(str(p.relative_to(ROOT)) for p in kept if p not in cited and
                      (p.parent == root or p.parent not in folders))
     assert not orphans, f"evidence no fact or doc cites (remove it, or cite it): {orphans}"

@@ -173,7 +173,7 @@ def test_loop_executor_aliases_z_and_grad_buffer(model):
     _, G = ex.loss_and_grad(xb, yb)
     assert G is ex.G
     check()
-    for i, m in enumerate(ex.models):
+    for i, _ in enumerate(ex.models):
         m2 = MODELS[model]()
         with torch.no_grad():
             for p2, zv in zip(m2.parameters(), sim.layout.views(sim.z[i])):

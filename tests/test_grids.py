@@ -55,15 +55,19 @@ def test_the_cross_product_with_stable_readable_ids(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (("topology: [ring]", "topology: [moebius]"), r"small\.yaml: algorithm=ds, .*topology=moebius: topology: 'moebius' is not one of"),
+    (("topology: [ring]", "topology: [moebius]"),
+     r"small\.yaml: algorithm=ds, .*topology=moebius: topology: 'moebius' is not one of"),
     (("0 %: {compression: 0, eta: 1.0}", "0 %: {compression: 0, eta: 0.5}"),
      r"compression=0 %.*: eta: must be in \(0, 1\] and 1\.0 without compression"),
-    (("  topology: [ring]\n", "  topology: [ring]\n  colour: [red]\n"), r"axes: colour: a list sets the column of that name"),
+    (("  topology: [ring]\n", "  topology: [ring]\n  colour: [red]\n"),
+     r"axes: colour: a list sets the column of that name"),
     (("seed: 1234,", "seed: 1234, table: x,"), r"fixed: 'table' is not a cell column a grid sets"),
-    (("    Dirichlet 0.1: {partition: \"dirichlet:0.1\", skew: 0.0}", "    Dirichlet 0.1: {skew: 0.8}"), r"are the same cell small-resnet20-ring8-c0-s0\.8-ds-fp32"),
+    (("    Dirichlet 0.1: {partition: \"dirichlet:0.1\", skew: 0.0}", "    Dirichlet 0.1: {skew: 0.8}"),
+     r"are the same cell small-resnet20-ring8-c0-s0\.8-ds-fp32"),
     (("epochs: 200,", ""), r"epochs: not set by fixed, an axis or derive"),
     (("derive:", "derivation:"), r"unknown key 'derivation'"),
-    (("derive:", "exclude: [{algorithm: dpsgd}]\nderive:"), r"exclude: entry 1: algorithm: 'dpsgd' is not a label of that axis"),
+    (("derive:", "exclude: [{algorithm: dpsgd}]\nderive:"),
+     r"exclude: entry 1: algorithm: 'dpsgd' is not a label of that axis"),
 ])
 def test_a_bad_spec_is_one_line_naming_file_cell_and_column(tmp_path, change, message):
     with pytest.raises(ConfigError, match=message):
@@ -120,7 +124,8 @@ def test_two_cells_with_different_settings_never_share_an_id(tmp_path):
     """An axis over a column the plain id does not name (lr, epochs, final rounds, ...): the ids of
     the cells that would share one name the columns they differ in; the others keep theirs."""
     spec = SPEC.replace("  topology: [ring]\n", "  topology: [ring]\n  rate: [{lr: 0.1}, {lr: 0.05}]\n")
-    spec = spec.replace("  rate: [{lr: 0.1}, {lr: 0.05}]", "  rate:\n    base: {lr: 0.1}\n    half: {lr: 0.05, final_gossip_rounds: 10}")
+    spec = spec.replace("  rate: [{lr: 0.1}, {lr: 0.05}]",
+                        "  rate:\n    base: {lr: 0.1}\n    half: {lr: 0.05, final_gossip_rounds: 10}")
     g = _grid(tmp_path, spec)
     ids = [c.cell_id for c in g.cells]
     assert len(set(ids)) == len(ids) == 32

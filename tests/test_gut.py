@@ -170,7 +170,7 @@ def _drive(cfg: GossipCfg, graph: str, T: int = 10, seed: int = 0):
 def test_without_momentum_tracking_conserves_mass(graph):
     """β = 0: Σ_i Y_t = Σ_i D_t (the tracking property), hence Σ_i x_{t+1} = Σ_i x̃_t as D-PSGD,
     for any μ, on every doubly stochastic W."""
-    for x, x_tilde, r in _drive(GUT, graph):
+    for _x, x_tilde, r in _drive(GUT, graph):
         torch.testing.assert_close(r.x.sum(0), x_tilde.sum(0), rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(r.state.phat.sum(0), x_tilde.sum(0), rtol=1e-12, atol=1e-12)
 
@@ -388,7 +388,8 @@ def test_the_settings_a_gut_cell_selects_are_part_of_its_runs_identity(monkeypat
     assert all("own_momentum" not in run_identity(c, profile="paper", seed=1, fidelity=Fidelity())
                for c in load_cells())
     earlier = {**own_momentum.OWN_MOMENTUM["gut"],
-               "gossip": {**own_momentum.OWN_MOMENTUM["gut"]["gossip"], "qgm": {"gut_momentum": 0.9, "gut_scaling": 0.9}}}
+               "gossip": {**own_momentum.OWN_MOMENTUM["gut"]["gossip"],
+                          "qgm": {"gut_momentum": 0.9, "gut_scaling": 0.9}}}
     monkeypatch.setitem(own_momentum.OWN_MOMENTUM, "gut", earlier)
     with pytest.raises(RunMismatch, match="own_momentum.gossip"):
         check_identity("m.json", {"identity": ident}, run_identity(cell, profile="mini", seed=1, fidelity=Fidelity()))

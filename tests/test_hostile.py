@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -922,6 +923,7 @@ def test_rerun_a_failed_train_job_is_resumed_by_a_plain_rerun(built, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_rerun_a_distributed_job_whose_rank_died_is_resumed_by_a_plain_rerun(tmp_path):
     """The same for the distributed executor: a rank killed mid-cell fails its job (torchrun stops
     the others); the next plain call resumes every rank from the last epoch all of them saved."""
@@ -929,7 +931,7 @@ def test_rerun_a_distributed_job_whose_rank_died_is_resumed_by_a_plain_rerun(tmp
 
     cell = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"  # 4 nodes: the smallest distributed mini cell
     repo = copy_repo(tmp_path / "repo")
-    one_cell_dir(repo / "small", table="table4", cell=cell)
+    one_cell_dir(repo / "small", table="table4", cell=cell, mini_epochs=2)  # killed after 1, resumed for 1
     config = ("paper_dir=small", "tables=[table4]")
     assert smk(repo, "-c2", "--config", *config).returncode == 0  # built once, with the loop executor
     _edit_row(repo / "small" / "table4.csv", "int8", lr="0.02")  # its lr (0.01): the job must train
@@ -1079,7 +1081,8 @@ def test_kill9_mid_training_then_rerun_resumes_and_equals_uninterrupted(tmp_path
     assert json.loads((run / "metrics.json").read_text())["final"] == ref["final"]
 
 
-# ================================================================ 10. writes that cannot hurt the machine; bounded inputs
+# ================================================================ 10. writes that cannot hurt the machine;
+# bounded inputs
 # Only regular files are written (a device node, FIFO or folder given as an output is refused in one
 # line before any work, and stays what it was); a full disk is one line naming the file; a cells CSV
 # that is not UTF-8 or has no rows is `file:line: why` (a UTF-8 BOM is accepted); every number of the
@@ -1266,6 +1269,7 @@ def test_full_disk_train_several_cells_one_line_each(tmp_path):
 EVERY_WRITER = f"""
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from lpdl_core.errors import WriteFailed
 {inspect.getsource(_writers)}
 for name in {WRITERS!r}:
@@ -1448,6 +1452,17 @@ CELL = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"  # 4 nodes: the smallest
 DIST = ["--device", "cpu", "--executor", "distributed", "--dist-timeout", "30"]
 
 
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory) -> list[str]:
+    """`--paper-dir` of a cells table where CELL runs two mini epochs (the mini_epochs column):
+    enough to be killed after the first and resumed, in a third of the time of the protocol's 6."""
+    from repo_copy import small_paper_dir as one_cell_dir
+
+    d = tmp_path_factory.mktemp("two-epochs") / "paper"
+    one_cell_dir(d, table="table4", cell=CELL, mini_epochs=2)
+    return ["--paper-dir", str(d)]
+
+
 def _start(tmp_path: Path, out: Path, cell: str = CELL, *args: str) -> subprocess.Popen:
     """`lpdl train` in the background; its stdout and stderr in files (read with _output)."""
     files = [open(tmp_path / f"{out.name}.{k}", "w") for k in ("out", "err")]
@@ -1563,7 +1578,7 @@ TORCHRUN_KILLED_RANK = """\
 W1125 18:44:27.466000 4764 api.py:1028] Sending process 4769 closing signal SIGTERM
 E1125 18:44:27.764000 4764 api.py:1002] failed (exitcode: -9) local_rank: 2 (pid: 4771) of binary: python
 Traceback (most recent call last):
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\x20
 ======================================================
 lpdl_core FAILED
 ------------------------------------------------------
@@ -1634,13 +1649,14 @@ def test_rank_log_console_shows_rank0_lpdl_lines_and_failure_names_the_killed_ra
 # ---------------------------------------------------------------- 11.2. through the CLI
 
 @pytest.mark.slow
-def test_dist_killed_rank_is_one_line_naming_it_and_a_rerun_resumes(tmp_path):
+@pytest.mark.ci
+def test_dist_killed_rank_is_one_line_naming_it_and_a_rerun_resumes(tmp_path, two_epochs):
     out = tmp_path / "run"
-    proc = _start(tmp_path, out, CELL, *DIST)
+    proc = _start(tmp_path, out, CELL, *DIST, *two_epochs)
     try:
         for r in range(4):  # every rank saved epoch 1, and rank 0's progress line reached the console
             _wait_for(out / f"checkpoint.rank{r}of4.pt", proc)
-        _wait_for(tmp_path / f"{out.name}.err", proc, holds="epoch 1/6")
+        _wait_for(tmp_path / f"{out.name}.err", proc, holds="epoch 1/2")
         os.kill(_rank_pid(proc.pid, 2), signal.SIGKILL)
         assert proc.wait(timeout=120) == 1
     finally:
@@ -1649,23 +1665,24 @@ def test_dist_killed_rank_is_one_line_naming_it_and_a_rerun_resumes(tmp_path):
     line = one_error_line(stderr, "lpdl train: error: ")  # and no Traceback
     assert "rank 2 of 4 was killed by SIGKILL" in line and "resume" in line, line
     assert "ChildFailedError" not in stderr + stdout and "[rank" not in stderr + stdout
-    assert any(l.startswith("lpdl: [") and "epoch 1/6" in l for l in stderr.splitlines())  # rank 0's progress
+    assert any(l.startswith("lpdl: [") and "epoch 1/2" in l for l in stderr.splitlines())  # rank 0's progress
     log = Path(line.rsplit("full output in ", 1)[1])
     assert log.parent == out / ".logs" and log.is_file()
     text = log.read_text()
     assert "ChildFailedError" in text and "[rank0] lpdl: " in text and text.endswith(line + "\n")
-    again = lpdl("train", "--cell", CELL, "--out", str(out), *DIST)
+    again = lpdl("train", "--cell", CELL, "--out", str(out), *DIST, *two_epochs)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resuming at epoch" in again.stderr and again.stdout.count(f"[{CELL}] ok:") == 1
     assert not (out / LOCK_NAME).exists()
 
 
 @pytest.mark.slow
-def test_dist_second_launch_into_a_live_folder_is_refused_then_ctrl_c_is_one_line(tmp_path):
+@pytest.mark.ci
+def test_dist_second_launch_into_a_live_folder_is_refused_then_ctrl_c_is_one_line(tmp_path, two_epochs):
     out = tmp_path / "run"
     # a long collective timeout: the run's processes are paused (SIGSTOP) while the second launches
     # are refused, so that a loaded machine cannot let the run finish first
-    proc = _start(tmp_path, out, CELL, *DIST[:-1], "600")
+    proc = _start(tmp_path, out, CELL, *DIST[:-1], "600", *two_epochs)
     try:
         _wait_for(out / "checkpoint.rank0of4.pt", proc)  # rank 0 trains: it holds the folder's lock
         paused = _descendants(proc.pid)
@@ -1674,7 +1691,8 @@ def test_dist_second_launch_into_a_live_folder_is_refused_then_ctrl_c_is_one_lin
         logs = sorted((out / ".logs").iterdir())
         for executor in ("distributed", "loop"):
             t0 = time.monotonic()
-            p = lpdl("train", "--cell", CELL, "--out", str(out), "--device", "cpu", "--executor", executor)
+            p = lpdl("train", "--cell", CELL, "--out", str(out), "--device", "cpu", "--executor", executor,
+                     *two_epochs)
             assert p.returncode == 2 and time.monotonic() - t0 < 60, p.stderr[-3000:]
             line = one_error_line(p.stderr, "lpdl train: error: ")
             assert line.startswith(f"lpdl train: error: {out} is being written by a live run (pid {proc.pid}")
@@ -1694,9 +1712,10 @@ def test_dist_second_launch_into_a_live_folder_is_refused_then_ctrl_c_is_one_lin
 
 
 @pytest.mark.slow
-def test_dist_killed_launcher_leaves_no_torchrun_or_rank(tmp_path):
+@pytest.mark.ci
+def test_dist_killed_launcher_leaves_no_torchrun_or_rank(tmp_path, two_epochs):
     out = tmp_path / "run"
-    proc = _start(tmp_path, out, CELL, *DIST)
+    proc = _start(tmp_path, out, CELL, *DIST, *two_epochs)
     tree = []
     try:
         _wait_for(out / "checkpoint.rank0of4.pt", proc)
@@ -1735,3 +1754,296 @@ def test_lock_live_run_refuses_a_second_then_a_killed_runs_lock_does_not_block(t
     assert not (out / LOCK_NAME).exists()  # released when the run ended: a later run works
     later = lpdl("train", "--cell", FAST_CELL, "--out", str(out), "--device", "cpu")
     assert later.returncode == 0 and f"[{FAST_CELL}] ok:" in later.stdout
+
+
+# ================================================================ 12. grids, inputs, bounds, refusals, paths
+# (the cases a session found failing at 8c63566: each fails there, through the real CLI and Snakemake)
+
+TINY_GRID = """
+description: the single-node ResNet-20 stand-in in FP and 8-bit, two mini epochs
+fixed: {dataset: cifar10, model: resnet20, nodes: 1, topology: single, algorithm: none, compression: 0,
+        eta: 1.0, skew: 0.0, momentum: nesterov, optimizer: sgd, lr: 0.1, lr_schedule: resnet, epochs: 200,
+        batch_per_node: 256, final_gossip_rounds: 0, seed: 1234, mini_epochs: 2}
+axes:
+  precision: [fp32, int8]
+derive:
+  norm: {by: precision, values: {fp32: evonorm, int8: range-evonorm}}
+"""
+GRID_CONFIG = ("tables=[]", "extensions=[tiny]", "report_dir=report-tiny")
+GRID_FAST = "tiny-resnet20-single-c0-s0-none-fp32"
+
+
+@pytest.fixture(scope="module")
+def built_grid(tmp_path_factory) -> Path:
+    """A repository copy whose grid `tiny` (two single-node cells of two mini epochs) is built by
+    Snakemake with `tables: []`: its own folder results/mini-tiny/ and report."""
+    repo = copy_repo(tmp_path_factory.mktemp("grid") / "repo")
+    (repo / "config/extensions/tiny.yaml").write_text(TINY_GRID)
+    p = smk(repo, "-c2", "--config", *GRID_CONFIG)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return repo
+
+
+@pytest.fixture(params=["paper table", "grid"])
+def target(request, tmp_path) -> SimpleNamespace:
+    """The guarantees' subject, built by Snakemake: a paper table's cells, or an extension grid's
+    (docs/guarantees.md promises the same for both)."""
+    if request.param == "paper table":
+        repo = _copy_built(request.getfixturevalue("built"), tmp_path)
+        return SimpleNamespace(repo=repo, config=SMALL, results=repo / "results/mini", cell=FAST_CELL,
+                               table=repo / "results/mini/tables/table1.csv", report=repo / "report/report.html",
+                               cells_file=repo / "small/table1.csv")
+    repo = _copy_built(request.getfixturevalue("built_grid"), tmp_path)
+    return SimpleNamespace(repo=repo, config=GRID_CONFIG, results=repo / "results/mini-tiny", cell=GRID_FAST,
+                           table=repo / "results/mini-tiny/tables/tiny.csv", report=repo / "report-tiny/report.html",
+                           cells_file=repo / "config/extensions/tiny.yaml")
+
+
+def _target_status(t) -> subprocess.CompletedProcess:
+    return lpdl("status", "--config", *t.config, cwd=t.repo)
+
+
+@pytest.mark.slow
+def test_guarantee_a_removed_run_is_rebuilt_in_the_same_invocation(target):
+    """`rm -rf results/<folder>/runs/<cell>`, then a plain `snakemake`: the run, its table and the
+    report come back in that one invocation (a grid's used to say "Nothing to be done" and keep the
+    deleted run's number), and `lpdl status` sees the hole before."""
+    run = target.results / "runs" / target.cell / "seed1234"
+    final = _final(run)
+    before = target.report.stat().st_mtime_ns
+    shutil.rmtree(run.parent)
+    assert _target_status(target).returncode == 1
+    p = smk(target.repo, "-c1", "--config", *target.config)
+    assert p.returncode == 0 and "Nothing to be done" not in p.stdout + p.stderr, p.stderr[-2000:]
+    assert _final(run) == final and target.report.stat().st_mtime_ns > before
+    assert _target_status(target).returncode == 0
+
+
+@pytest.mark.slow
+def test_guarantee_a_damaged_run_is_a_marked_cell(target):
+    import pandas as pd
+
+    metrics = target.results / "runs" / target.cell / "seed1234" / "metrics.json"
+    metrics.write_bytes(metrics.read_bytes()[:40])
+    p = smk(target.repo, "-c1", "--forcerun", "aggregate" if target.cell == FAST_CELL else "aggregate_tiny",
+            "--config", *target.config)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    table = pd.read_csv(target.table).set_index("cell_id")
+    assert table.loc[target.cell, "status"] == "damaged" and pd.isna(table.loc[target.cell, "reproduced"])
+    assert "damaged" in _target_status(target).stdout
+
+
+@pytest.mark.slow
+def test_guarantee_a_changed_config_and_a_killed_job_are_caught_up_by_plain_reruns(target):
+    """A changed fidelity option trains the cells again in one invocation; a job killed mid-cell
+    is resumed from its checkpoint by the next plain call; then everything is current."""
+    change = "fidelity={act_rounding: stochastic}"
+    run = target.results / "runs" / target.cell.replace("fp32", "int8") / "seed1234"
+    proc = _snakemake_bg(target.repo, "-c1", "--config", *target.config, change)
+    _kill_when(proc, lambda: (run / "checkpoint.pt").exists(), train_only=True)
+    assert proc.wait(timeout=300) != 0
+    p = smk(target.repo, "-c1", "--config", *target.config, change)
+    assert p.returncode == 0, p.stderr[-2000:]
+    log = "".join(f.read_text() for f in (target.results / "logs/train").rglob("seed1234.log"))
+    assert "resuming at epoch" in log
+    assert json.loads((run / "metrics.json").read_text())["identity"]["fidelity"]["act_rounding"] == "stochastic"
+    assert _target_status(target).returncode == 1  # the default config's runs are other runs now
+    assert lpdl("status", "--config", *target.config, change, cwd=target.repo).returncode == 0
+
+
+@pytest.mark.slow
+def test_guarantee_what_the_tables_copy_from_their_cells_file_is_an_input(target):
+    """An edited paper value (a paper table) or description (a grid): the aggregate step reads
+    those files, so they are its inputs. `lpdl status` flags the stale table; one `snakemake`
+    updates the table and the report (it used to rerun the report only, with the old value)."""
+    import pandas as pd
+
+    text = target.cells_file.read_text()
+    if target.cell == FAST_CELL:
+        old = pd.read_csv(target.table).set_index("cell_id").loc[FAST_CELL, "paper"]
+        target.cells_file.write_text(text.replace(f",{old:.2f},", ",11.11,", 1))
+    else:
+        target.cells_file.write_text(text.replace("two mini epochs", "two mini epochs, edited"))
+    time.sleep(0.01)
+    st = _target_status(target)
+    assert st.returncode == 1 and "which it is built from" in st.stdout, st.stdout
+    p = smk(target.repo, "-c1", "--config", *target.config)
+    assert p.returncode == 0 and "rule train_" not in p.stdout + p.stderr, p.stderr[-2000:]
+    html = target.report.read_text()
+    if target.cell == FAST_CELL:
+        assert pd.read_csv(target.table).set_index("cell_id").loc[FAST_CELL, "paper"] == 11.11 and "11.11" in html
+    else:
+        assert "two mini epochs, edited" in html
+    assert _target_status(target).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_distributed_executor_under_snakemake_with_no_optional_key(tmp_path):
+    """`snakemake --config executor=distributed` failed every train job with KeyError
+    'dist_timeout': the default of a key whose default lives in config.py was never filled in."""
+    from repo_copy import small_paper_dir as one_cell_dir
+
+    repo = copy_repo(tmp_path / "repo")
+    one_cell_dir(repo / "small", table="table4", cell=CELL, mini_epochs=1)
+    p = smk(repo, "-c2", "--config", "paper_dir=small", "tables=[table4]", "executor=distributed")
+    assert p.returncode == 0 and "KeyError" not in p.stderr, p.stderr[-3000:]
+    m = json.loads((repo / "results/mini/runs" / CELL / "seed1234" / "metrics.json").read_text())
+    assert m["executor"] == "distributed" and m["config"]["processes"] == 4
+
+
+def _grid_repo(tmp_path: Path, name: str, spec: str) -> Path:
+    repo = copy_repo(tmp_path / "repo")
+    (repo / "config/extensions" / f"{name}.yaml").write_text(spec)
+    return repo
+
+
+def test_a_grid_named_like_a_paper_table_id_is_refused_before_any_job(tmp_path):
+    """A grid `t3` holding Table 3's cells would get the paper's ids and overwrite the paper cells."""
+    repo = _grid_repo(tmp_path, "t3", TINY_GRID)
+    p = smk(repo, "-n", "--config", "extensions=[t3]")
+    assert p.returncode == 1
+    (line,) = smk_errors(p.stderr)
+    assert line.startswith("lpdl config error: ") and "grid name 't3'" in line and "prefix" in line, p.stderr
+
+
+def test_a_grid_may_vary_lr_epochs_batch_and_rounds(tmp_path):
+    """Such an axis used to be refused as 'the same cell': now each cell's id names the columns it
+    differs in, and the dry run plans them all."""
+    spec = TINY_GRID.replace("axes:\n  precision: [fp32, int8]\n", "axes:\n  precision: [fp32]\n  setting:\n"
+                             "    a: {lr: 0.1, epochs: 200, batch_per_node: 256}\n"
+                             "    b: {lr: 0.05, epochs: 100, batch_per_node: 128}\n")
+    repo = _grid_repo(tmp_path, "vary", spec)
+    p = lpdl("cells", "--grid", "vary", cwd=repo)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["vary-resnet20-single-c0-s0-none-fp32-lr0.1-ep200-b256",
+                                "vary-resnet20-single-c0-s0-none-fp32-lr0.05-ep100-b128"]
+    assert smk(repo, "-n", "--config", "tables=[]", "extensions=[vary]").returncode == 0
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, k in zip("abcdefgh", "bcdefghi"))  # 10^9 strings once expanded
+
+
+@pytest.mark.parametrize("command", ["snakemake", "status", "plan"])
+def test_a_yaml_alias_bomb_as_configfile_is_one_line_in_seconds(tmp_path, command):
+    (tmp_path / "bomb.yaml").write_text(BOMB + "profile: mini\n")
+    t0 = time.monotonic()
+    if command == "snakemake":
+        p = subprocess.run([SNAKEMAKE, "-n", "--configfile", str(tmp_path / "bomb.yaml")], cwd=ROOT,
+                           capture_output=True, text=True, env=ENV, timeout=120)
+        errors = smk_errors(p.stderr)
+        assert p.returncode == 1 and len(errors) == 1 and errors[0].startswith("lpdl config error: "), p.stderr
+        line = errors[0]
+    else:
+        p = lpdl(command, "--configfile", str(tmp_path / "bomb.yaml"), timeout=120)
+        line = one_error_line(p.stderr, f"lpdl {command}: error: ")
+        assert p.returncode == 2
+    assert "alias" in line and time.monotonic() - t0 < 30  # seconds with the interpreter's start-up
+
+
+@pytest.mark.parametrize("where, message", [
+    ("description: *i\n", "alias"),
+    (None, "more than a grid may have"),
+])
+def test_a_grid_spec_bomb_or_a_huge_grid_is_one_line_in_seconds(tmp_path, where, message):
+    if where is None:  # 198,000 combinations, none of them aliased
+        spec = TINY_GRID.replace("  precision: [fp32, int8]\n", "  precision: [fp32, int8]\n"
+                                 f"  lr: [{', '.join(str(0.001 * (k + 1)) for k in range(990))}]\n"
+                                 f"  skew: [{', '.join(str(k / 100) for k in range(100))}]\n")
+    else:
+        spec = BOMB + TINY_GRID.replace("description: the single-node", "#")
+        spec = spec.replace("#", "description: x\n#", 1).replace("description: x\n", where, 1)
+    repo = _grid_repo(tmp_path, "big", spec)
+    t0 = time.monotonic()
+    p = lpdl("cells", "--grid", "big", cwd=repo, timeout=120)
+    line = one_error_line(p.stderr, "lpdl cells: error: ")
+    assert p.returncode == 2 and message in line and time.monotonic() - t0 < 30, line
+
+
+def test_a_pack_of_distributed_runs_is_refused_before_torchrun(tmp_path):
+    t0 = time.monotonic()
+    p = lpdl("train", "--cell", CELL, "--out", str(tmp_path / "r"), "--pack-size", "2", *DIST)
+    line = one_error_line(p.stderr, "lpdl train: error: ")
+    assert p.returncode == 2 and "need executor loop or batched" in line and time.monotonic() - t0 < 30
+    assert "starting" not in p.stderr and "resume" not in line and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("config", [
+    ("fused_quant=true", "executor=batched", "fidelity=official"),
+    ("fused_quant=true", "executor=batched", "compare_modes=true"),
+])
+def test_fused_quantizers_with_shared_streams_are_refused_by_the_config_check(config):
+    """fused_quant + batched + the official mode's shared streams passed the check and the dry run,
+    then every train job failed inside."""
+    p = smk(ROOT, "-n", "--config", *config)
+    (line,) = smk_errors(p.stderr)
+    assert p.returncode == 1 and line.startswith("lpdl config error: fused_quant") and "rng_streams shared" in line
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--cell", FAST_CELL, "--out", ""], ["cost", "--out", ""], ["partition", "--out", ""],
+    ["partition-figures", "--out", ""], ["report", "--out", ""],
+])
+def test_an_empty_out_is_an_error_everywhere(tmp_path, argv):
+    """`lpdl train --out ''` trained into the working folder; `lpdl cost --out ''` took it as no option."""
+    p = lpdl(*argv, cwd=tmp_path)
+    line = one_error_line(p.stderr, f"lpdl {argv[0]}: error: ")
+    assert p.returncode == 2 and "--out" in line and "empty path" in line
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_unlock_with_directory_finds_a_live_snakemake_that_changed_into_it(tmp_path):
+    """A live `snakemake --directory wf` works in wf (it changes into it): `lpdl unlock --directory
+    wf` used to clear its lock as that of "a run that is no longer alive"."""
+    work = tmp_path / "wf"
+    work.mkdir()
+    _locked(work)
+    script = tmp_path / "bin" / "snakemake"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
+                      "os.chdir(sys.argv[sys.argv.index('--directory') + 1])\ntime.sleep(120)\n")
+    script.chmod(0o755)
+    proc = subprocess.Popen([str(script), "--directory", "wf", "-c2"], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/cwd").resolve() != work.resolve() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p = lpdl("unlock", "--directory", "wf", cwd=tmp_path)
+        assert p.returncode == 2 and "still working in" in p.stderr and _locked(work), p.stdout + p.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_status_reads_a_configfile_where_snakemake_does(tmp_path):
+    """`lpdl status --directory D --configfile F` read D/F where Snakemake, given the same
+    arguments, reads F from where it was started: the check read another config than the run."""
+    repo = copy_repo(tmp_path / "repo")
+    (tmp_path / "mine.yaml").write_text("tables: [table3]\nseeds: [7]\n")
+    (repo / "mine.yaml").write_text("tables: [table1]\n")
+    p = lpdl("status", "--directory", "repo", "--configfile", "mine.yaml", cwd=tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stdout + p.stderr  # nothing run yet
+    assert "t3-" in p.stdout and "seed 7" in p.stdout and "t1-" not in p.stdout, p.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_report_builds_is_one_line(built, tmp_path):
+    repo = _copy_built(built, tmp_path)
+    (repo / "report/report.html").unlink()
+    proc = subprocess.Popen([SNAKEMAKE, "-c1", "--config", *SMALL], cwd=repo, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    import psutil
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if any("report.py" in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children(recursive=True)):
+            break
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        time.sleep(0.05)
+    time.sleep(1.0)  # inside the report script
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert "lpdl report: interrupted" in err

@@ -16,7 +16,9 @@ import lpdl_core
 
 ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
-TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "decentral": "blocks", "models": "blocks", "quant": "blocks",
+TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "bounded": "foundation",
+       "compat": "foundation", "decentral": "blocks",
+       "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",
        "__main__": "entry"}
 

@@ -156,7 +156,8 @@ def test_sgd_lowers_loss_on_a_fixed_batch(name, precision):
     assert losses[-1] < losses[0], losses
 
 
-@pytest.mark.parametrize("precision,norm", [("fp32", k) for k in ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")]
+@pytest.mark.parametrize("precision,norm",
+                         [("fp32", k) for k in ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")]
                          + [("int8", k) for k in ("range-evonorm", "range-bn")])
 def test_norm_swap_resnet20(precision, norm):
     torch.manual_seed(0)

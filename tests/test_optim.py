@@ -77,7 +77,7 @@ def test_qgm_local_direction_and_momentum_recursion(wd):
     x = torch.randn(n, D, generator=gen, dtype=torch.float64)
     st = optim.init(x)
     u = torch.ones(n, dtype=torch.float64)
-    for t, lr in enumerate([0.1, 0.05, 0.2, 0.1, 0.01, 0.3]):
+    for lr in [0.1, 0.05, 0.2, 0.1, 0.01, 0.3]:
         g = torch.randn(n, D, generator=gen, dtype=torch.float64)
         m_prev = st.buf.clone()
         x_tilde, st_mid = local_step(x, g, st, lr, cfg)

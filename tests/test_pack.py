@@ -110,7 +110,8 @@ def test_what_cannot_share_a_pack_is_refused_in_one_line():
     ring = Topology(name="directed-ring", n=N)
     ok = PackMember(topology=ring, gossip=GossipCfg(), seed=1)
     cases = [
-        ([ok, PackMember(topology=Topology(name="directed-ring", n=8), gossip=GossipCfg(), seed=2)], "same number of nodes"),
+        ([ok, PackMember(topology=Topology(name="directed-ring", n=8), gossip=GossipCfg(), seed=2)],
+         "same number of nodes"),
         ([ok, PackMember(topology=ring, gossip=GossipCfg(algorithm="choco"), seed=2)], "same algorithm"),
         ([ok, PackMember(topology=ring, gossip=GossipCfg(compressor=CompressorCfg(kind="randomk", ratio=0.5)), seed=2)],
          "deterministic compressors"),
@@ -124,11 +125,13 @@ def test_what_cannot_share_a_pack_is_refused_in_one_line():
     run = RunCfg(epochs=1, batch_size=16, lr=0.05)
     with pytest.raises(ValueError, match="run.lr differs"):
         train_pack(small_cnn, split, [PackedRun(topology=ring, gossip=GossipCfg(), run=run),
-                                      PackedRun(topology=ring, gossip=GossipCfg(), run=dataclasses.replace(run, lr=0.1))],
+                                      PackedRun(topology=ring, gossip=GossipCfg(),
+                                                run=dataclasses.replace(run, lr=0.1))],
                    optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"))
     with pytest.raises(ValueError, match="different batch plans"):
         train_pack(small_cnn, split, [PackedRun(topology=ring, gossip=GossipCfg(), run=run),
-                                      PackedRun(topology=ring, gossip=GossipCfg(), run=dataclasses.replace(run, skew=0.8))],
+                                      PackedRun(topology=ring, gossip=GossipCfg(),
+                                                run=dataclasses.replace(run, skew=0.8))],
                    optim_cfg=OptimCfg(), engine=EngineCfg(device="cpu"))
 
 
@@ -143,7 +146,8 @@ def runs(epochs: int = 2, **protocol) -> list[PackedRun]:
     return [
         PackedRun(topology=Topology(name="directed-ring", n=N), run=dataclasses.replace(run, partition_seed=1),
                   gossip=GossipCfg(algorithm="choco", eta=0.5, compressor=TOPK(0.9))),
-        PackedRun(topology=Topology(name="time-varying-exponential", n=N), run=dataclasses.replace(run, partition_seed=7),
+        PackedRun(topology=Topology(name="time-varying-exponential", n=N),
+                  run=dataclasses.replace(run, partition_seed=7),
                   gossip=GossipCfg(algorithm="choco", eta=1.0)),
         PackedRun(topology=Topology(name="torus", n=N), run=dataclasses.replace(run, partition_seed=3, skew=0.9),
                   gossip=GossipCfg(algorithm="choco", eta=0.1, compressor=TOPK(0.99))),
@@ -313,7 +317,8 @@ def test_a_pack_compiles_as_one_graph_and_equals_its_eager_steps():
     eager = PackedSimulator(tiny, members=ms, engine=EngineCfg(device="cpu", executor="batched"))
     compiled = PackedSimulator(tiny, members=ms, engine=EngineCfg(device="cpu", executor="batched", compile=True))
     for xb, yb in batches(5, 3 * N):
-        torch.testing.assert_close(compiled.train_step(xb, yb, 0.1), eager.train_step(xb, yb, 0.1), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(compiled.train_step(xb, yb, 0.1), eager.train_step(xb, yb, 0.1),
+                                   rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(compiled.x, eager.x, rtol=1e-4, atol=1e-5)
     assert torch.equal(compiled.bytes_sent, eager.bytes_sent)
     assert compiled.compiled.one_graph
@@ -331,7 +336,7 @@ def test_the_workflow_config_takes_pack_and_refuses_it_with_distributed_ranks():
     assert yaml.safe_load(open("config/paper.yaml"))["cells_per_job"] == "pack"
     with pytest.raises(ConfigError, match="pack_size"):
         check_workflow_config({**cfg, "cells_per_job": "pack", "pack_size": 0}, schema)
-    with pytest.raises(ConfigError, match="cells_per_job: pack needs executor: loop or batched"):
+    with pytest.raises(ConfigError, match="packed cells .* need executor loop or batched"):
         check_workflow_config({**cfg, "cells_per_job": "pack", "executor": "distributed"}, schema)
 
 

@@ -123,7 +123,8 @@ def test_eval_rounding_default_deterministic_official_stochastic():
     x = torch.randn(16, 32)
     for cfg, same in ((QuantCfg(), True), (QuantCfg(eval_rounding="stochastic"), False)):
         qm = QuantMeasure(cfg)
-        qm.train(); qm(x)
+        qm.train()
+        qm(x)
         qm.eval()
         assert torch.equal(qm(x), qm(x)) is same
 

@@ -61,7 +61,8 @@ def test_the_report_reads_only_its_declared_inputs(results, tmp_path):
     code = ("import sys\nfrom lpdl_core.report.build import build_report\n"
             f"build_report({str(results)!r}, sys.argv[1], paper_dir={str(PAPER)!r}, tables=['table2', 'fig1'], "
             "pdf=False, log=lambda s: None)\nprint('torch' in sys.modules)")
-    first = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
+    first = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True,
+                           check=True)
     assert first.stdout.strip() == "False"
     shutil.rmtree(results / "runs")                 # undeclared: the train rule's outputs, read by aggregate only
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "b")], capture_output=True, text=True, check=True)

@@ -89,7 +89,7 @@ def test_attempts_follow_max_runtime():
 
 
 def test_step_times_file_errors_are_one_line(tmp_path):
-    with pytest.raises(ConfigError, match="step_times: cannot read .*nope.yaml"):
+    with pytest.raises(ConfigError, match="step_times: .*nope.yaml: cannot read"):
         StepTimes.load(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("[1, 2\n")

@@ -77,7 +77,8 @@ def test_gpus_are_asked_as_the_site_wants(request_, asked):
                         f"gpu_request={request_}", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
                        env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "mem_mb=24000" in l]  # the ResNet-20 train jobs
+    train = [l for l in (p.stdout + p.stderr).splitlines()
+             if "resources:" in l and "mem_mb=24000" in l]  # the ResNet-20 train jobs
     assert train and all(asked in l for l in train)
     if request_ == "gres":
         assert all("gpu=0" in l for l in train)  # not both
@@ -87,7 +88,8 @@ def test_a_distributed_paper_job_asks_one_task_and_one_gpu_per_node():
     """executor=distributed: each 8-node Table 3 job is one SLURM job of 8 tasks (the plugin's mpi
     path: --ntasks=8), 8 GPUs, one per task (--ntasks-per-gpu=1)."""
     p = subprocess.run([SNAKEMAKE, "--profile", "slurm", "-n", "--configfile", "config/paper.yaml", "--config",
-                        "executor=distributed", "compile=false", "cells_per_job=cell", "tables=[table3]"], cwd=ROOT, capture_output=True, text=True,
+                        "executor=distributed", "compile=false", "cells_per_job=cell", "tables=[table3]"],
+                       cwd=ROOT, capture_output=True, text=True,
                        env={**ENV, "LPDL_SLURM_ACCOUNT": "", "LPDL_SLURM_PARTITION": ""}, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     train = [l for l in (p.stdout + p.stderr).splitlines() if "resources:" in l and "mpi=" in l]
@@ -204,9 +206,10 @@ def _snakemake_slurm(repo: Path, tmp_path: Path, *config: str) -> tuple[str, flo
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path):
     repo = copy_repo(tmp_path / "repo")
-    small_paper_dir(repo / "small")
+    small_paper_dir(repo / "small", mini_epochs=1)  # one mini epoch each: the submission is under test
     prefix = yaml.safe_load((TEST_PROFILE / "config.yaml").read_text())["slurm-jobname-prefix"] + "_"
     text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table3]")
 
@@ -243,12 +246,13 @@ def test_two_cells_through_local_slurm_match_a_local_run(slurm_cluster, tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_a_distributed_cell_runs_as_one_slurm_job_of_n_tasks(slurm_cluster, tmp_path):
     """`executor: distributed`: the 4-node cell's train job is one SLURM job of 4 tasks (srun starts
     one rank per task, env:// rendezvous), and its result equals a local loop run of the cell."""
     cell = "t4-imagenette-vgg11-dring4-c90-s0.6-choco-int8"
     repo = copy_repo(tmp_path / "repo")
-    small_paper_dir(repo / "small", table="table4", cell=cell)
+    small_paper_dir(repo / "small", table="table4", cell=cell, mini_epochs=1)
     text, elapsed = _snakemake_slurm(repo, tmp_path, "paper_dir=small", "tables=[table4]", "executor=distributed",
                                      "dist_timeout=120")
     # the train job's SLURM log is results/slurm-logs/rule_train_.../<jobid>.log
@@ -284,7 +288,8 @@ def test_cheap_steps_are_local_rules():
     assert block, "workflow/Snakefile has no localrules block"
     local = set(re.findall(r"(\w+),", block.group(1)))
     assert {"cost", "partitions", "aggregate", "report", "download", "all"} <= local
-    cost = (ROOT / "workflow/rules/aggregate.smk").read_text(encoding="utf-8").split("rule cost:")[1].split("\nrule ")[0]
+    cost = ((ROOT / "workflow/rules/aggregate.smk").read_text(encoding="utf-8")
+            .split("rule cost:")[1].split("\nrule ")[0])
     assert "gpu" not in cost and "--device auto" in cost
 
 

@@ -81,9 +81,10 @@ def test_runs_the_config_does_not_name_make_runs_csv_stale(tmp_path):
     assert not st.consistent and st.extra == (f"{CELLS[2].cell_id} seed 1",)
 
 
-def test_lpdl_status_reads_the_config_as_snakemake_does(tmp_path, capsys):
-    """In a workflow folder: config/config.yaml, then --configfile, then --config; exit 1 and one
-    line per run that is not current, exit 0 when everything is."""
+def test_lpdl_status_reads_the_config_as_snakemake_does(tmp_path, capsys, monkeypatch):
+    """In a workflow folder: config/config.yaml, then --configfile (read, as Snakemake reads it,
+    relative to where the command starts, not to --directory), then --config; exit 1 and one line
+    per run that is not current, exit 0 when everything is."""
     import shutil
 
     from repo_copy import ROOT
@@ -95,6 +96,7 @@ def test_lpdl_status_reads_the_config_as_snakemake_does(tmp_path, capsys):
     shutil.copy(ROOT / "config/config.yaml", work / "config/")
     (work / "more.yaml").write_text("seeds: [1]\n")
     root = _results(work)
+    monkeypatch.chdir(work)  # more.yaml is in the folder the command starts in
     argv = ["status", "--directory", str(work), "--configfile", "more.yaml", "--config", "tables=[table3]"]
     assert main(argv) == 1  # only 3 of table3's 16 cells have runs, and there is no report
     out = capsys.readouterr().out

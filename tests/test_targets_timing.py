@@ -32,7 +32,8 @@ def test_targets_name_each_miss_with_its_value(tmp_path):
         _run(tmp_path, c, acc, classes=4 if "agnews" in c else 10)
     checks = {(ch.target, ch.subject): ch for ch in check_targets(tmp_path, cells, [1])}
     assert checks["single-node image >= 93", pick[0]].ok
-    assert not checks["single-node image >= 93", pick[1]].ok and checks["single-node image >= 93", pick[1]].value == 92.9
+    assert (not checks["single-node image >= 93", pick[1]].ok
+            and checks["single-node image >= 93", pick[1]].value == 92.9)
     assert checks["8-node >= 90", pick[2]].ok and checks["8-node >= 90", pick[3]].ok
     gap = checks["8-node |FP - LP| <= 2", f"{pick[2]} vs {pick[3]}"]
     assert not gap.ok and abs(gap.value - 2.5) < 1e-9

@@ -132,5 +132,6 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_path):
     other = dict(kw, run=RunCfg(epochs=1, batch_size=16, lr=0.1, skew=0.8))
     events = []
     train(small_cnn, split, **other, checkpoint=ck, progress=events.append)
-    assert events[0]["event"] == "checkpoint-set-aside" and events[0]["reason"].startswith("written for another run (run: ")
+    assert (events[0]["event"] == "checkpoint-set-aside"
+            and events[0]["reason"].startswith("written for another run (run: "))
     assert len(list(tmp_path.glob("ck.pt.unusable-*"))) == 1

@@ -85,6 +85,16 @@ _timeout_seconds = _real(0, MAX_DIST_TIMEOUT_S, lo_open=True)  # a rank's wait f
 _seed = _count(0, MAX_SEED)                                  # a run's seed
 
 
+def _path(text: str) -> str:
+    """An argparse type: a path, never empty (an empty --out would write into the working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a file or folder)")
+    return text
+
+
+_path.__name__ = "path"
+
+
 def _out_file(path: str | None, what: str = "output file") -> None:
     """One line before any work unless lpdl's atomic writer could write `path`: NotRegularFile
     when something else than a regular file is there (a device such as /dev/null, a FIFO, a

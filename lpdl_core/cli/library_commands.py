@@ -95,7 +95,8 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 
     res = bench_step(model=a.model, nodes=a.nodes, batch=a.batch, steps=a.steps, warmup=a.warmup,
                      executor=a.executor, device=a.device, dataset=a.dataset,
-                     precisions=tuple(a.precisions), compression=a.compression, compile=a.compile, compile_mode=a.compile_mode, pack=a.pack,
+                     precisions=tuple(a.precisions), compression=a.compression, compile=a.compile,
+                     compile_mode=a.compile_mode, pack=a.pack,
                      fused_quant=a.fused_quant,
                      progress=progress)
     text = json.dumps(res, indent=2)

@@ -13,6 +13,7 @@ from .args import (
     OneLineParser,
     _choice_list,
     _count,
+    _path,
     _percent,
     _seed,
     _timeout_seconds,
@@ -49,7 +50,8 @@ def _version() -> str:
 def _workflow_config_args(p: argparse.ArgumentParser, read_there: str) -> None:
     """--configfile, --config and --directory, as snakemake's (lpdl_core.pipeline.wfconfig.load)."""
     p.add_argument("--configfile", action="append", metavar="FILE",
-                   help="as snakemake's: applied over config/config.yaml (repeatable), e.g. config/paper.yaml")
+                   help="as snakemake's: applied over config/config.yaml (repeatable), e.g. config/paper.yaml; "
+                        "relative to where you run the command, as snakemake reads it, even with --directory")
     p.add_argument("--config", action="append", metavar="KEY=VALUE", nargs="+",
                    help="as snakemake's --config (YAML values, e.g. seeds=[1,2] 'fidelity={act_rounding: stochastic}')")
     p.add_argument("--directory", default=".",
@@ -113,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8, help="number of nodes")
     q.add_argument("--skew", type=_unit, default=0.8, help=skew)
     q.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"partition seed (official: {DEFAULT_SEED})")
-    q.add_argument("--out", help="also write the histogram table to this .csv or .json file")
-    q.add_argument("--format", choices=("csv", "json"), help="format of --out (default: json for a .json file, else csv)")
+    q.add_argument("--out", type=_path, help="also write the histogram table to this .csv or .json file")
+    q.add_argument("--format", choices=("csv", "json"),
+                   help="format of --out (default: json for a .json file, else csv)")
     q.set_defaults(func=_cmd_partition)
 
     d = command("demo", "DS vs CHOCO at 0%% and 99%% compression on embedded digits")
@@ -155,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(needs --warmup >= 1: the first step compiles them)")
     b.add_argument("--pack", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
-    b.add_argument("--out", help=also_json)
+    b.add_argument("--out", type=_path, help=also_json)
     b.set_defaults(func=_cmd_bench)
 
     tr = command("train", "run paper cells (each resumes from its checkpoint; skips if done)")
@@ -163,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cell id, see `lpdl cells`; repeat to run several in one process")
     tr.add_argument("--profile", choices=PROFILES, default="mini",
                     help="protocol: mini (embedded stand-ins, a laptop) or paper (the paper's)")
-    tr.add_argument("--out", required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
+    tr.add_argument("--out", type=_path, required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
     tr.add_argument("--seed", type=_seed, default=None, help=f"random seed (default: the cell's own, {DEFAULT_SEED})")
     tr.add_argument("--grid", default=None, metavar="NAME",
@@ -195,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="official-code behaviours: one preset (paper | official) or options, e.g. "
                           "quant_ranges=gossiped choco_form=code (not given: the paper's)")
     fid.add_argument("--fidelity-json", default=None, metavar="JSON",
-                     help='the same as one JSON object with typed values, e.g. {"quant_ranges": "gossiped"} or "official" '
+                     help='the same as one JSON object with typed values, e.g. {"quant_ranges": "gossiped"} '
+                          'or "official" '
                           "(how the workflow passes them)")
     tr.add_argument("--offline", action="store_true",
                     help="download nothing (as every workflow train job): datasets are read as they are, "
@@ -205,13 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr = command("prefetch", "fetch and verify the datasets and pretrained models the cells load (JSON manifest)")
     pr.add_argument("--profile", choices=PROFILES, default="paper",
                     help="protocol whose runs' data is fetched (mini: embedded stand-ins, nothing to fetch)")
-    pr.add_argument("--table", action="append", choices=TABLES, help="only these tables' cells (repeatable; default all)")
+    pr.add_argument("--table", action="append", choices=TABLES,
+                    help="only these tables' cells (repeatable; default all)")
     pr.add_argument("--paper-dir", default=None, help=paper_dir)
     pr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     pr.add_argument("--fidelity-json", action="append", metavar="JSON",
                     help="a fidelity mode whose runs' data is fetched, as `lpdl train --fidelity-json` "
                          "(repeatable; default: the paper's)")
-    pr.add_argument("--out", help="also write the manifest to this file (not given: stdout only)")
+    pr.add_argument("--out", type=_path, help="also write the manifest to this file (not given: stdout only)")
     pr.set_defaults(func=_cmd_prefetch)
 
     ce = command("cells", "list the paper's cells, or a grid's (one training run each)")
@@ -223,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")
     r.add_argument("--results", default="results/mini", help="results/<profile> folder")
-    r.add_argument("--out", default="report", help="output folder (report.html, report.tex, ...)")
+    r.add_argument("--out", type=_path, default="report", help="output folder (report.html, report.tex, ...)")
     r.add_argument("--paper-dir", default=None, help=paper_dir)
     r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
@@ -242,11 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     co = command("cost", "Figure 3's compute and memory cost model (JSON)")
     co.add_argument("--device", choices=DEVICES, default="auto", help=device + "; measures peak memory on CUDA")
-    co.add_argument("--out", help=also_json + " (e.g. results/mini/cost.json)")
+    co.add_argument("--out", type=_path, help=also_json + " (e.g. results/mini/cost.json)")
     co.set_defaults(func=_cmd_cost)
 
     pf = command("partition-figures", "Figures 2, 5-7: per-node class counts of the paper's partitions (CSV)")
-    pf.add_argument("--out", help="write the CSV here (e.g. results/mini/partitions.csv); default: print it")
+    pf.add_argument("--out", type=_path,
+                    help="write the CSV here (e.g. results/mini/partitions.csv); default: print it")
     pf.set_defaults(func=_cmd_partition_figures)
 
     m = command("models", "every model with its FP and LP parameter counts (Table 1)")
@@ -259,14 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
     ti.add_argument("--seed", type=int, action="append", help=seeds)
     ti.add_argument("--paper-dir", default=None, help=paper_dir)
-    ti.add_argument("--out", help=also_json)
+    ti.add_argument("--out", type=_path, help=also_json)
     ti.set_defaults(func=_cmd_timing)
 
     tg = command("targets", "check the mini profile's learning targets on finished runs")
     tg.add_argument("results", help="results/<profile> of a finished run")
     tg.add_argument("--seed", type=int, action="append", help=seeds)
     tg.add_argument("--paper-dir", default=None, help=paper_dir)
-    tg.add_argument("--out", help="also write the checks as JSON to this file (not given: only the table)")
+    tg.add_argument("--out", type=_path, help="also write the checks as JSON to this file (not given: only the table)")
     tg.set_defaults(func=_cmd_targets)
 
     st = command("status", "which results the config names are missing, damaged or stale, and whether the "
@@ -278,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl = command("plan", "the GPU-hours a paper-profile grid asks SLURM for, per table and in total, and which "
                          "step times are measured and which scaled (before any job runs)")
     _workflow_config_args(pl, "config/config.yaml and the step-time table are read there")
-    pl.add_argument("--out", help="also write the bill as JSON to this file")
+    pl.add_argument("--out", type=_path, help="also write the bill as JSON to this file")
     pl.set_defaults(func=_cmd_plan)
 
     u = command("unlock", "clear Snakemake's lock if no live Snakemake works in the folder")

@@ -198,7 +198,8 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     copies = len(cfg["seeds"]) * len(modes(cfg))
     if cfg["profile"] != "paper":
         print(f"lpdl plan: the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU "
-              f"({len(cells)} cells x {copies} seed/mode copies); give --configfile config/paper.yaml for the cluster bill")
+              f"({len(cells)} cells x {copies} seed/mode copies); "
+              "give --configfile config/paper.yaml for the cluster bill")
         return 0
     times = StepTimes.load(root / cfg["step_times"])
     kind = step_kind(cfg["executor"], cfg.get("compile", False))

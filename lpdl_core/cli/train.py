@@ -52,11 +52,18 @@ def _cmd_train(a: argparse.Namespace) -> int:
     unknown = [c for c in a.cell if c not in cells]
     if unknown:
         where = f"grid {a.grid}" if a.grid else "the paper"
-        raise LpdlError(f"unknown cell {unknown[0]!r} of {where} (see `lpdl cells{' --grid ' + a.grid if a.grid else ''}`)")
+        raise LpdlError(f"unknown cell {unknown[0]!r} of {where} "
+                        f"(see `lpdl cells{' --grid ' + a.grid if a.grid else ''}`)")
     if len(set(a.cell)) > 1 and "{cell}" not in a.out:
         raise LpdlError("--out must contain {cell} when several --cell are given "
                         "(e.g. results/mini/runs/{cell}/seed1234)")
     fidelity = _fidelity(a)
+    from ..compat import RunOptions, incompatible
+
+    why = incompatible(RunOptions(executor=a.executor, compile=a.compile, fused_quant=a.fused_quant,
+                                  packed=a.pack_size > 1, rng_streams=fidelity.rng_streams))
+    if why:  # before any process starts or anything is written
+        raise LpdlError(why)
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
     shared = same_runs(todo) if a.profile == "mini" else {}
     out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
@@ -78,9 +85,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
         if group.rank != 0:  # rank 0 speaks for the run
             log.setLevel(max(log.level, logging.WARNING))
     failed, total = [], len(todo)
-    if a.pack_size > 1:
-        if group is not None:
-            raise LpdlError("--pack-size needs executor loop or batched (a pack runs in one process)")
+    if a.pack_size > 1:  # (not distributed: lpdl_core.compat refused that above)
         failed = _train_packed(a, [c for c in todo if c.cell_id not in shared], out_of, fidelity)
         todo = [c for c in todo if c.cell_id in shared]
     for i, cell in enumerate(todo, 1):
@@ -118,14 +123,16 @@ def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
 
     def progress(cid: str, ev: dict) -> None:
         if ev["event"] == "restored":
-            log.info(f"[{cid}] restored the finished result of exactly these settings and this code from {ev['source']}")
+            log.info(f"[{cid}] restored the finished result of exactly these settings and this code "
+                     f"from {ev['source']}")
         elif ev["event"] == "checkpoint-set-aside":
             log.warning(f"[{cid}] {ev['path']} cannot be used ({ev['reason']}); moved it to {ev['moved_to']}")
         elif ev["event"] == "diverged":
             log.warning(f"[{cid}] diverged at epoch {ev['epoch']} iteration {ev['iteration']} (its pack goes on)")
         elif "pack" in ev and cid == ev["pack"][0]:  # a pack's own events: once per pack
             if ev["event"] == "resumed":
-                log.info(f"[pack of {len(ev['pack'])}: {', '.join(ev['pack'])}] resuming at epoch {ev['epoch']}/{ev['epochs']}")
+                log.info(f"[pack of {len(ev['pack'])}: {', '.join(ev['pack'])}] "
+                         f"resuming at epoch {ev['epoch']}/{ev['epochs']}")
             elif ev["event"] == "epoch":
                 accs = " ".join("-" if x is None else f"{x:.2f}" for x in ev["mean_acc"])
                 log.info(f"[pack of {len(ev['pack'])}: {ev['pack'][0]}, ...] epoch {ev['epoch'] + 1}/{ev['epochs']} "

@@ -128,6 +128,8 @@ def crop_boxes(draws: CropDraws, height, width, *, scale=(0.08, 1.0), ratio=(3 /
     cw = torch.where(found, cw.gather(1, first)[:, 0], fw)
     ch = torch.where(found, ch.gather(1, first)[:, 0], fh)
     # float64: v (a multiple of 2^-24) times an integer below 2^29 is exact, so floor is exact
-    top = torch.where(found, torch.floor(v[0] * (H - ch + 1)).clamp(max=H - ch), torch.div(H - ch, 2, rounding_mode="floor"))
-    left = torch.where(found, torch.floor(v[1] * (W - cw + 1)).clamp(max=W - cw), torch.div(W - cw, 2, rounding_mode="floor"))
+    top = torch.where(found, torch.floor(v[0] * (H - ch + 1)).clamp(max=H - ch),
+                      torch.div(H - ch, 2, rounding_mode="floor"))
+    left = torch.where(found, torch.floor(v[1] * (W - cw + 1)).clamp(max=W - cw),
+                       torch.div(W - cw, 2, rounding_mode="floor"))
     return top.long(), left.long(), ch.long(), cw.long()

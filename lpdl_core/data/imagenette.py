@@ -192,7 +192,8 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
     (train_layout="packed": uint8 (9469, 3, train_size + 1, L), packed.py; augment="rrc-flip" to
     224 at train time, boxes over the whole image), x_test (3925, 3, 224, 224) uint8 (exact
     official Resize(256) + CenterCrop(224)), labels in sorted-wnid order, ImageNet mean/std.
-    crop_sampling is the default "log-uniform"; registry.load_dataset sets a run's. The extracted folder is found (or made from the md5-checked archive, or downloaded
+    crop_sampling is the default "log-uniform"; registry.load_dataset sets a run's. The extracted
+    folder is found (or made from the md5-checked archive, or downloaded
     when `download` and online) under `data_root(root)`; otherwise DatasetMissing says what to put
     where. `progress(split, done, total)` is called while decoding (nothing is printed).
     """

@@ -47,8 +47,8 @@ def _topics_standin() -> Callable[..., DataSplit]:
 
 
 # name -> a function returning its loader (one per DATASET_SPECS entry: lpdl_core.config holds each
-# dataset's kind, classes, size and models, torch-free, for the planner too); the loader modules are imported only when asked for,
-# so loading digits never imports torchvision's datasets or the text stack
+# dataset's kind, classes, size and models, torch-free, for the planner too); the loader modules are
+# imported only when asked for, so loading digits never imports torchvision's datasets or the text stack
 LOADERS: dict[str, Callable[[], Callable[..., DataSplit]]] = {
     "cifar10": lambda: _cifar("cifar10"),
     "cifar100": lambda: _cifar("cifar100"),

@@ -22,7 +22,8 @@ from .resnet_cifar import init_resnet, make_stage, resolve_precision
 class ResNetImagenet(nn.Module):
     """widths: the four stages' channels (ResNet-18: 64/128/256/512). stem "imagenet": 7x7/2
     conv + 3x3/2 max-pool (224 px); "small": one 3x3/1 conv, no pool (the mini profile's 8-px
-    stand-in, models/mini.py). strides: the first block's stride in each stage. The pool after the last stage is global (AvgPool2d(7) at 224 px)."""
+    stand-in, models/mini.py). strides: the first block's stride in each stage. The pool after the
+    last stage is global (AvgPool2d(7) at 224 px)."""
 
     def __init__(self, layers: tuple[int, ...], num_classes: int, norm: str, qcfg: QuantCfg | None,
                  widths: tuple[int, int, int, int] = (64, 128, 256, 512), stem: str = "imagenet",

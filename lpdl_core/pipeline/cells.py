@@ -15,6 +15,7 @@ import math
 from dataclasses import fields
 from pathlib import Path
 
+from ..bounded import MAX_CSV_BYTES
 from ..config import PACKAGE_DIR, TABLES
 from ..errors import ConfigError
 from .cell import NOT_COLUMNS, Cell, CellError
@@ -128,6 +129,9 @@ def _read_text(path: Path) -> str:
     """The CSV's text: UTF-8, with or without the byte order mark that Excel writes first;
     ConfigError `file:line: not UTF-8 text (byte 0x.. at column ..)` otherwise."""
     try:
+        size = path.stat().st_size
+        if size > MAX_CSV_BYTES:
+            raise ConfigError(f"{path}: {size:,} bytes, more than a cell table may have ({MAX_CSV_BYTES:,})")
         data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None

@@ -33,12 +33,12 @@ Torch-free: the workflow plans with it.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
+from ..bounded import load_yaml
 from ..errors import ConfigError
 from .cell import NOT_COLUMNS, Cell, CellError, is_grid_name
 from .cells import _convert
@@ -50,6 +50,7 @@ NOT_AXES = {"seed": "a grid's runs take the config's seeds (`seeds`), not a colu
             "mini_epochs": "give a length ladder as `lengths: [...]`"}
 SPEC_KEYS = {"description", "fixed", "axes", "derive", "exclude", "lengths", "claims"}
 LENGTH_AXIS = "length"   # the axis `lengths` makes: its labels are mini epochs
+MAX_GRID_CELLS = 10_000  # combinations of a grid's axes (the paper has 226 cells; a cell trains minutes)
 MAX_LENGTH = 1000        # mini epochs of one rung (the paper's protocol is 200)
 # how a grid id names a column it must name (`_name_columns`): prefix of the value; "" for names
 ID_CODES = {"eta": "eta", "lr": "lr", "epochs": "ep", "batch_per_node": "b", "final_gossip_rounds": "fr",
@@ -128,10 +129,7 @@ def load_grid(name: str, root: str | Path = ".") -> Grid:
     if not path.is_file():
         have = ", ".join(available(root)) or "none"
         raise ConfigError(f"{path}: no such grid (available: {have})")
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+    spec = load_yaml(path, "grid spec")
     if not isinstance(spec, Mapping):
         raise ConfigError(f"{path}: must be a mapping with fixed and axes")
     unknown = set(spec) - SPEC_KEYS
@@ -159,6 +157,11 @@ def load_grid(name: str, root: str | Path = ".") -> Grid:
         if col not in CELL_COLUMNS or not isinstance(rule, Mapping) or set(rule) != {"by", "values"}:
             raise ConfigError(f"{path}: derive: {col}: must be a cell column with 'by' (a column) and 'values'")
     exclude = _exclude(path, spec.get("exclude") or [], axes)
+    count = math.prod(len(v) for v in axes.values())
+    if count > MAX_GRID_CELLS:
+        sizes = " × ".join(str(len(v)) for v in axes.values())
+        raise ConfigError(f"{path}: {count:,} combinations of its axes ({sizes}), more than a grid may have "
+                          f"({MAX_GRID_CELLS:,})")
     made: list[tuple[Cell, str, dict[str, str]]] = []
     for combo in itertools.product(*[list(v.items()) for v in axes.values()]):
         chosen = {a: label for a, (label, _) in zip(axes, combo)}

@@ -113,7 +113,8 @@ def provenance() -> dict:
             "code_sha256": code_sha256(),
             "python": platform.python_version(), "torch": torch.__version__,
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()}
+            "device_name": (torch.cuda.get_device_name() if torch.cuda.is_available()
+                            else platform.processor() or platform.machine())}
 
 
 def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names: tuple[str, ...] = (),

@@ -107,14 +107,16 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         mapping += m.mapping
         curve_k = CURVE_EVAL_SAMPLES
     run = RunCfg(epochs=epochs, batch_size=batch, lr=lr, schedule=sched, skew=cell.skew,
-                 dirichlet_alpha=cell.dirichlet_alpha, partition_seed=seed, final_gossip_rounds=cell.final_gossip_rounds,
+                 dirichlet_alpha=cell.dirichlet_alpha, partition_seed=seed,
+                 final_gossip_rounds=cell.final_gossip_rounds,
                  final_rounds=fidelity.final_rounds, curve_eval_samples=curve_k,
                  epoch_test=fidelity.epoch_test, final_round_limit=fidelity.final_round_limit,
                  final_trailing_forward=fidelity.final_trailing_forward,
                  test_batch=fidelity.test_batch)
     return Plan(cell_id=paper_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
-                mapping=tuple(mapping), hub_models=hub, make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))
+                mapping=tuple(mapping), hub_models=hub,
+                make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))
 
 
 def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelity: Fidelity) -> Callable:
@@ -179,7 +181,8 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         return done
     resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
-    split = load_dataset(plan.dataset, offline=offline, crop_sampling=plan.fidelity.crop_sampling, **plan.dataset_kwargs)
+    split = load_dataset(plan.dataset, offline=offline, crop_sampling=plan.fidelity.crop_sampling,
+                         **plan.dataset_kwargs)
     engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
                        compile_mode=compile_mode, rng_streams=plan.fidelity.rng_streams, fused_quant=fused_quant)
     ckpt = out / "checkpoint.pt"
@@ -215,7 +218,8 @@ def run_config(cell: Cell, plan: Plan, split, *, executor: str, compile: bool, d
     """The `config` record of a run's metrics.json: the cell, its resolved plan and how it ran."""
     return {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": plan.profile, "seed": plan.run.partition_seed,
             "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
-            "fidelity": plan.fidelity.as_dict(), "executor": executor, "compile": compile, "fused_quant": fused_quant, "device_requested": device,
+            "fidelity": plan.fidelity.as_dict(), "executor": executor, "compile": compile,
+            "fused_quant": fused_quant, "device_requested": device,
             "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
 
 

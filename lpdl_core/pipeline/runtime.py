@@ -13,7 +13,8 @@ with model' = the model itself when measured, else the reference model; M = forw
 sample (per `model@dataset` where the input size depends on the dataset; counted by
 lpdl_core.training.cost on the real model). The loop executor's step grows linearly with the
 nodes; the distributed executor, unless measured itself, takes the loop executor's time of one
-node (each node has its own process and GPU; the wire time is not in it). Scaling an unmeasured model by its MACs from a launch-bound small model over-estimates,
+node (each node has its own process and GPU; the wire time is not in it). Scaling an unmeasured
+model by its MACs from a launch-bound small model over-estimates,
 which is the safe side for a time limit. A pack of k cells (cells_per_job: pack) runs one
 step for all k: its time is the measured column `<kind>@pack<K>` of the smallest K >= k (a step of
 K cells of ref_nodes nodes each; fewer cells are not assumed faster), else k solo steps. The request is
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..config import PRECISIONS
@@ -67,14 +67,12 @@ class StepTimes:
     @classmethod
     def load(cls, path) -> "StepTimes":
         """A step-times YAML file (config/step-times.yaml); ConfigError in one line if unreadable."""
-        import yaml
+        from ..bounded import load_yaml
 
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ConfigError(f"step_times: cannot read {path}: {e.strerror}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: {str(e).splitlines()[0]}") from None
+            data = load_yaml(path, "step-times file")
+        except ConfigError as e:  # named as the config key that gives the file
+            raise ConfigError(f"step_times: {e}") from None
         if not isinstance(data, Mapping):
             raise ConfigError(f"{path}: not a mapping of step times")
         return cls.from_mapping(data)
@@ -170,7 +168,8 @@ class RuntimeRequest:
 STARTUP_MINUTES = 10  # a job's start: Python, torch's import, the data loaded
 COMPILED = "+compiled"  # a step-time column: the executor's step compiled as one graph
 PACKED = "@pack"        # a step-time column: a pack of K cells' step, e.g. "batched+compiled@pack4"
-COMPILE_MINUTES = 5     # a compiled job's first step: 84-126 s cold for ResNet-20 on an H200 (docs/measurements.md#compile-h200)
+COMPILE_MINUTES = 5     # a compiled job's first step: 84-126 s cold for ResNet-20 on an H200
+                        # (docs/measurements.md#compile-h200)
 
 
 def step_kind(executor: str, compile: bool = False) -> str:

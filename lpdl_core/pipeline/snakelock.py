@@ -91,10 +91,13 @@ def _processes_ps() -> list[tuple[int, list[str], Path]]:
 
 
 def live_snakemakes(workdir: str | os.PathLike) -> list[tuple[int, str]]:
-    """(pid, command line) of every live Snakemake working in workdir."""
+    """(pid, command line) of every live Snakemake working in workdir: its --directory read against
+    the folder it started in, or its working folder now (Snakemake changes into its --directory
+    once started, so the process table shows that folder, not the one its arguments are relative to)."""
     target = Path(workdir).resolve()
     procs = _processes_proc() if Path("/proc/self/cmdline").exists() else _processes_ps()
-    return [(pid, " ".join(argv)) for pid, argv, cwd in procs if _workdir(argv, cwd) == target]
+    return [(pid, " ".join(argv)) for pid, argv, cwd in procs
+            if target in (_workdir(argv, cwd), cwd.resolve())]
 
 
 def lock_files(workdir: str | os.PathLike) -> list[Path]:

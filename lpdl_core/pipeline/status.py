@@ -148,27 +148,34 @@ def run_state(cell: Cell, seed: int, results: Path, *, profile: str, fidelity: F
     return RunState(cell.cell_id, seed, "current", why, held)
 
 
-def report_state(report_dir: Path, results: Path, tables: Iterable[str]) -> str:
-    """"current" when report.html is at least as new as runs.csv and every table CSV it shows."""
+def report_state(report_dir: Path, results: Path, tables: Iterable[str], inputs: Iterable[Path] = ()) -> str:
+    """"current" when report.html is at least as new as runs.csv and every table CSV it shows, and
+    those are at least as new as the files they are built from besides the runs (`inputs`: the
+    cells CSVs, whose paper values the tables copy, or a grid's spec)."""
     html = report_dir / "report.html"
     if not html.is_file():
         return f"no {html}"
-    sources = [results / RUNS_FILE, *(results / "tables" / f"{t}.csv" for t in tables)]
-    older = [p for p in sources if p.is_file() and p.stat().st_mtime > html.stat().st_mtime]
+    built = [results / RUNS_FILE, *(results / "tables" / f"{t}.csv" for t in tables)]
+    for table in (p for p in built if p.is_file()):
+        newer = [p for p in inputs if p.is_file() and p.stat().st_mtime > table.stat().st_mtime]
+        if newer:
+            return f"{table} is older than {newer[0]}, which it is built from"
+    older = [p for p in built if p.is_file() and p.stat().st_mtime > html.stat().st_mtime]
     return f"{html} is older than {older[0]}" if older else "current"
 
 
 def folder_status(cells: Iterable[Cell], results: str | Path, *, profile: str, seeds: Iterable[int],
                   fidelity: Fidelity, report_dir: str | Path | None = None,
-                  tables: Iterable[str] = ()) -> FolderStatus:
-    """The state of every (cell, seed) of a results folder (and of its report, when given)."""
+                  tables: Iterable[str] = (), inputs: Iterable[Path] = ()) -> FolderStatus:
+    """The state of every (cell, seed) of a results folder (and of its report, when given; inputs:
+    the files its tables are built from besides the runs, report_state)."""
     results, cells, seeds = Path(results), list(cells), [int(s) for s in seeds]
     aggregated = _aggregated(results)
     states = tuple(run_state(c, s, results, profile=profile, fidelity=fidelity, aggregated=aggregated)
                    for c in cells for s in seeds)
     named = {(c.cell_id, s) for c in cells for s in seeds}
     extra = tuple(sorted(f"{c} seed {s}" for c, s in (aggregated or {}) if (c, s) not in named))
-    report = report_state(Path(report_dir), results, tables) if report_dir is not None else None
+    report = report_state(Path(report_dir), results, tables, inputs) if report_dir is not None else None
     return FolderStatus(results=results, runs=states, report=report, extra=extra)
 
 
@@ -179,17 +186,20 @@ def config_status(config: Mapping, cells: Iterable[Cell], grids: Mapping[str, It
     then each extension grid's folder (grids: name -> its cells) in the config's mode. The report
     is checked with the folder it shows first and with every grid's. One home for the list that
     `lpdl status` and the check after `snakemake` (hooks.check_results_current) both hold."""
-    from .grids import grid_folder
+    from .cells import paper_dir_path
+    from .grids import grid_folder, grid_path
     from .wfconfig import modes
 
     root, folder_modes, cells = Path(root), modes(config), list(cells)
     main = next(iter(folder_modes))
     report_dir = root / config["report_dir"]
     common = dict(profile=config["profile"], seeds=config["seeds"])
-    out = [folder_status(cells, root / "results" / name, fidelity=fid, tables=config["tables"],
+    paper = paper_dir_path(config["paper_dir"])
+    csvs = [(root / paper if not paper.is_absolute() else paper) / f"{t}.csv" for t in config["tables"]]
+    out = [folder_status(cells, root / "results" / name, fidelity=fid, tables=config["tables"], inputs=csvs,
                          report_dir=report_dir if name == main else None, **common)
            for name, fid in (folder_modes.items() if config["tables"] else ())]
     out += [folder_status(list(grid_cells), root / "results" / grid_folder(main, name), fidelity=folder_modes[main],
-                          report_dir=report_dir, **common)
+                          report_dir=report_dir, tables=[name], inputs=[grid_path(name, root)], **common)
             for name, grid_cells in grids.items()]
     return out

@@ -15,6 +15,7 @@ from ..config import (CELLS_PER_JOB, COMPILE_MODES, DEFAULT_DIST_TIMEOUT_S, DEVI
                       FIDELITY_PRESETS, GPU_REQUESTS, MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_PACK_SIZE,
                       MAX_PATH, MAX_RUNTIME_MARGIN, MAX_RUNTIME_MIN, MAX_SEED, MAX_SEEDS, MAX_THREADS, PACKAGE_DIR,
                       PROFILES, TABLES, Fidelity, other_mode, results_name)
+from ..bounded import check_values, load_yaml
 from ..errors import ConfigError
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # relative to the workflow's directory
@@ -94,6 +95,7 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
     otherwise."""
     import jsonschema
 
+    check_values(dict(config), "config")  # before any walk expands a YAML alias bomb
     schema = with_vocabulary(schema)
     cfg = _coerce(dict(config), schema)
     _check_finite(cfg)
@@ -104,14 +106,25 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
             unit = "characters" if err.validator == "maxLength" else "items"
             raise ConfigError(f"{key}: {len(err.instance)} {unit}, more than the maximum of {err.validator_value}")
         raise ConfigError(f"{key}: {err.message}")
-    if cfg.get("compile") and cfg.get("executor") != "batched":
-        raise ConfigError(f"compile: true needs executor: batched, got executor: {cfg.get('executor')}")
-    if cfg.get("compile") and cfg.get("fused_quant"):
-        raise ConfigError("fused_quant: true and compile: true are alternatives (compile fuses the whole step)")
-    if cfg.get("cells_per_job") == "pack" and cfg.get("executor") == "distributed":
-        raise ConfigError("cells_per_job: pack needs executor: loop or batched (a pack runs in one process), "
-                          "got executor: distributed")
+    _check_compatible(cfg)
     return cfg
+
+
+def _check_compatible(cfg: Mapping) -> None:
+    """ConfigError for a combination of how-to-run keys a job would refuse (lpdl_core.compat), in
+    each fidelity mode the config runs."""
+    from ..compat import RunOptions, incompatible
+
+    fidelity = Fidelity.from_mapping(cfg.get("fidelity", "paper"))
+    fidelities = [fidelity] + ([other_mode(cfg.get("profile", "mini"), fidelity)[1]]
+                               if cfg.get("compare_modes") else [])
+    for fid in fidelities:
+        why = incompatible(RunOptions(executor=cfg.get("executor", "loop"), compile=bool(cfg.get("compile")),
+                                      fused_quant=bool(cfg.get("fused_quant")),
+                                      packed=cfg.get("cells_per_job") == "pack", rng_streams=fid.rng_streams))
+        if why:
+            mode = f" (fidelity mode {fid.mode})" if fid.rng_streams != "per-node" else ""
+            raise ConfigError(why + mode)
 
 
 def resolve(config: Mapping, schema: Mapping) -> dict:
@@ -146,22 +159,17 @@ def _update(base: dict, new: Mapping) -> dict:
 
 
 def _yaml(path: Path) -> dict:
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read ({e.strerror})") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+    data = load_yaml(path, "config file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: not a mapping of config keys")
     return data
 
 
 def load(directory: str | Path = ".", configfiles: Iterable[str] = (), overrides: Iterable[str] = ()) -> dict:
-    """The resolved config of `snakemake [--configfile F ...] [--config K=V ...]` run in directory
-    (its working directory: config files and the config's relative paths are relative to it)."""
+    """The resolved config of `snakemake [--directory D] [--configfile F ...] [--config K=V ...]`
+    started here: as Snakemake does, each F is read relative to where it was started (this
+    process's working folder), the Snakefile's config/config.yaml and the config's relative paths
+    relative to the working directory D."""
     import yaml
 
     directory = Path(directory)
@@ -172,7 +180,7 @@ def load(directory: str | Path = ".", configfiles: Iterable[str] = (), overrides
         raise ConfigError(f"{directory}: no {SCHEMA} (run in the lpdl checkout, or give its folder)")
     cfg = _yaml(directory / CONFIGFILE)
     for f in configfiles:
-        cfg = _update(cfg, _yaml(directory / f if not Path(f).is_absolute() else Path(f)))
+        cfg = _update(cfg, _yaml(Path(f).absolute()))  # as snakemake's ConfigSettings: before its chdir
     for pair in overrides:
         key, sep, text = pair.partition("=")
         if not sep or not key:

@@ -5,7 +5,8 @@ straight-through gradient; `quantizer.fake_quant`):
 
 .. math::
     s_l = \max\!\left(\frac{\max W_l - \min W_l}{2^b - 1}, 10^{-8}\right),\qquad
-    Q(W_l) = \mathrm{round}\!\left(\mathrm{clamp}\!\left(\frac{W_l - \min W_l}{s_l}, 0, 2^b - 1\right)\right) s_l + \min W_l
+    Q(W_l) = \mathrm{round}\!\left(\mathrm{clamp}\!\left(\frac{W_l - \min W_l}{s_l}, 0, 2^b - 1\right)\right)
+    s_l + \min W_l
 
 Run layer by layer, that is one chain of about twenty small operators per tensor: ResNet-20 has 86
 such tensors, a quarter of its batched 8-bit step's operators. Here the same arithmetic runs once

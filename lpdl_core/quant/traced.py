@@ -79,7 +79,8 @@ def uniform_noise(x: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
     there). On the CPU, whose compiled Philox costs one scalar generator call per element (measured
     3.7x the rest of the quantizer), a counter-based hash that vectorises:
 
-    .. math:: h = \mathrm{mix}(i + k + 2^{20}\,\mathrm{bits}(x_i)),\qquad \xi = \lfloor h / 2^{40} \rfloor \bmod 2^{16} / 2^{16} - 1/2
+    .. math:: h = \mathrm{mix}(i + k + 2^{20}\,\mathrm{bits}(x_i)),\qquad
+              \xi = \lfloor h / 2^{40} \rfloor \bmod 2^{16} / 2^{16} - 1/2
 
     with i the element's index, k the step's key and mix two rounds of multiply by an odd 64-bit
     constant and xor-shift (splitmix64's finaliser, wrapping int64). For a fixed element, ξ is

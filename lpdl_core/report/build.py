@@ -123,7 +123,8 @@ def build_report(results_dir: str | Path | None, out_dir: str | Path = "report",
     written = write_latex(out, header, ptables, claims, figs, effects, modes, merge, grids_part)
     ok, why = build_pdf(out) if pdf else (False, "PDF disabled (pdf=False)")
     header = replace(header, facts=header.facts + (("PDF", pdf_status(ok, why)),))
-    html_path = write_atomic(out / "report.html", render_html(header, ptables, claims, figs, effects, modes, merge, grids_part))
+    html_path = write_atomic(out / "report.html",
+                             render_html(header, ptables, claims, figs, effects, modes, merge, grids_part))
     claims_path = write_json(out / "claims.json", [asdict(c) for c in claims])
     for c in claims:
         log(f"claim {c.number}: {c.verdict}: {c.evidence}")

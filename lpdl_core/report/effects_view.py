@@ -35,7 +35,8 @@ INTRO = ("On stand-in data and models the paper's absolute accuracies cannot be 
          "the reproduced one (mean over seeds of the same mean difference; ± its standard deviation over "
          f"seeds, with two or more seeds), and a verdict: same sign (the direction agrees; sizes are set by "
          f"the stand-ins and the short protocol and are not compared), opposite sign, no sign (the paper's or "
-         f"the reproduced effect is under {SIGN_EPS:g} points), within noise (the seed spread is at least as large as the reproduced "
+         f"the reproduced effect is under {SIGN_EPS:g} points), within noise (the seed spread is at least "
+         "as large as the reproduced "
          f"effect), not learned (no pair of cells that learned: a cell within {LEARNED_MARGIN:g} points of "
          "chance is left "
          "out), missing (no results yet). Points are accuracy points.")

@@ -105,7 +105,8 @@ def _partition_figure(data: ReportData, name: str, df: pd.DataFrame) -> Figure:
         unused_txt = "; ".join(f"{k}: {v}" for k, v in unused.items() if v)
         text = (f"{paper_fig}: class distribution of {dname}'s training set across nodes (stacked bars: "
                 f"samples of each class on each node), computed exactly with the official skew scheme "
-                f"(lpdl_core.decentral.partition.skew_partition, seed {int(first['seed'])}) on class-sorted labels with "
+                f"(lpdl_core.decentral.partition.skew_partition, seed {int(first['seed'])}) on class-sorted "
+                "labels with "
                 f"{classes} classes, {total:,} samples.")
         if bool(first["sizes_assumed"]):
             text += (" Class sizes assumed equal (the paper says 'nearly equally'; no official sizes"

@@ -43,7 +43,8 @@ def _usable(frame: pd.DataFrame) -> pd.Series:
 
 def _status_counts(rows: pd.DataFrame) -> str:
     counts = rows["status"].value_counts()
-    parts = [f"{int(counts[s])} {s}" for s in ("ok", "partly-diverged", "partly-damaged", "diverged", "damaged", "missing")
+    parts = [f"{int(counts[s])} {s}"
+             for s in ("ok", "partly-diverged", "partly-damaged", "diverged", "damaged", "missing")
              if s in counts]
     return ", ".join(parts) + f" of {len(rows)} cells"
 
@@ -84,7 +85,7 @@ def accuracy_vs_skew(data: ReportData, table: str = "table2") -> Figure | None:
     coinciding = 0
     with theme():
         fig, axes = new_figure(nrows, ncols, panel=(3.7, 3.0))
-        for ax, ((block, nodes, comp), g) in zip(axes, panels):
+        for ax, ((_block, _nodes, comp), g) in zip(axes, panels):
             coinciding += _coinciding(g[_usable(g)])
             for (algo, prec), line in g.groupby(["algo", "prec"]):
                 line = line.set_index("skew").reindex(skews)

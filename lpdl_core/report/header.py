@@ -39,8 +39,9 @@ def _profile_notes(protocol: str) -> dict[str, str]:
         "mini": ("Mini profile: every paper cell with all its axes (nodes, topology, skew, compression, "
                  "eta, algorithm, precision, momentum, norm, optimizer, final gossip rounds) kept, on "
                  "embedded stand-in data (8x8 digits, stdlib prose) with one small stand-in model per "
-                 f"paper model and a short protocol ({protocol}). These numbers are NOT a reproduction of the paper's accuracies and "
-                 "not comparable with them: compare the effects (FP - LP, CHOCO - DS, skew, nodes, compression) in the effects view."),
+                 f"paper model and a short protocol ({protocol}). These numbers are NOT a reproduction "
+                 "of the paper's accuracies and not comparable with them: compare the effects (FP - LP, "
+                 "CHOCO - DS, skew, nodes, compression) in the effects view."),
         "paper": ("Paper profile: the paper's datasets, models and training protocol. The deltas "
                   "compare like with like; cells still running or never run are shown as missing."),
     }

@@ -36,7 +36,8 @@ def render_html(header: Header, tables: list[PaperTable], claims: list[Claim],
     sections, the profile note) (report.grids_view), shown before the tables when given."""
     titles = {t.name: heading(t.name, t.title) for t in tables}
     page = html_env().get_template("report.html.j2").render(
-        header=header, claims=list(claims), verdict_class={c.verdict: KIND_CLASS[verdict_kind(c.verdict)] for c in claims},
+        header=header, claims=list(claims),
+        verdict_class={c.verdict: KIND_CLASS[verdict_kind(c.verdict)] for c in claims},
         effects=Markup(effects_html(effects, titles)) if effects is not None else None,
         modes=Markup(modes_html(modes)) if modes is not None else None,
         modes_title=modes.title if modes is not None else "",

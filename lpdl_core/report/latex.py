@@ -103,7 +103,8 @@ def write_latex(out_dir: Path, header: Header, tables: list[PaperTable], claims:
         figure_files[f.name] = rel
         written["figures"][f.name] = out_dir / rel
     report = out_dir / "report.tex"
-    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes, merge, grids), encoding="utf-8")
+    report.write_text(report_tex(header, tables, claims, figures, figure_files, effects, modes, merge, grids),
+                      encoding="utf-8")
     written["report"] = report
     return written
 

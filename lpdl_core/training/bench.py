@@ -2,7 +2,8 @@
 executor, one process per node with the time split by phase: lpdl_core.training.bench_dist).
 
 A step is one training iteration of all n nodes (forward, backward, local SGD step and one
-gossip round: DS, uncompressed or with top-k at `compression` %) on random inputs of the model's size; data loading and evaluation are
+gossip round: DS, uncompressed or with top-k at `compression` %) on random inputs of the model's
+size; data loading and evaluation are
 excluded. CPU timing uses perf_counter; CUDA timing uses CUDA events after a synchronize. The
 first `warmup` steps are excluded. In-process executors also report what one step dispatches
 (lpdl_core.training.opcount: aten operators, those that are not views, host synchronisations),
@@ -17,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from ..compat import RunOptions, incompatible
 from ..config import PRECISIONS
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
@@ -85,10 +87,14 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     size = input_size(model, dataset)
     gossip = gossip_for(compression)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
-                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor, "compile": compile, "pack": pack, "interleaved": True,
+                 "compression": compression, "steps": steps, "warmup": warmup, "executor": executor,
+                 "compile": compile, "pack": pack, "interleaved": True,
                  "fused_quant": fused_quant,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
+    why = incompatible(RunOptions(executor=executor, compile=compile, fused_quant=fused_quant, packed=pack > 1))
+    if why:  # lpdl_core.compat: what cannot run together, as the workflow and lpdl train refuse it
+        raise ValueError(f"bench: {why}")
     if executor == "distributed":  # n processes, each step split into compute / compression / communication
         from .bench_dist import bench_distributed
 
@@ -99,12 +105,9 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         return out
     if pack < 1:
         raise ValueError(f"bench --pack must be >= 1, got {pack}")
-    if pack > 1 and executor == "distributed":
-        raise ValueError("bench --pack runs in one process: use --executor loop or batched")
-    if compile and executor != "batched":
-        raise ValueError(f"bench --compile needs --executor batched, got {executor!r}")
     if fused_quant and warmup < 1:
-        raise ValueError("bench --fused-quant needs --warmup >= 1 (the first step compiles the kernels; it is never timed)")
+        raise ValueError("bench --fused-quant needs --warmup >= 1 "
+                         "(the first step compiles the kernels; it is never timed)")
     if compile and warmup < 1:
         raise ValueError("bench --compile needs --warmup >= 1 (the first step compiles; it is never timed)")
     sims, times, first, kernels = {}, {}, {}, {}
@@ -113,12 +116,14 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     for precision, compiled in variants:
         qcfg = QuantCfg() if precision == "int8" else None
         report({"event": "build", "precision": precision + (" compiled" if compiled else "")})
-        make = lambda: build_model(model, precision=precision, dataset=dataset, qcfg=qcfg)
+        make = lambda precision=precision, qcfg=qcfg: build_model(model, precision=precision, dataset=dataset,
+                                                                qcfg=qcfg)
         engine = EngineCfg(executor=executor, device=device, compile=compiled, compile_mode=compile_mode)
         if pack > 1:
             members = [PackMember(topology=Topology(name="directed-ring", n=nodes), gossip=gossip, seed=engine.seed + k)
                        for k in range(pack)]
-            sims[precision, compiled] = PackedSimulator(make, members=members, engine=engine, param_transform=ParamQuant)
+            sims[precision, compiled] = PackedSimulator(make, members=members, engine=engine,
+                                                        param_transform=ParamQuant)
         else:
             sims[precision, compiled] = Simulator(make, topology=Topology(name="directed-ring", n=nodes), gossip=gossip,
                                                   engine=engine, param_transform=ParamQuant)

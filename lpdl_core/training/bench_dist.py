@@ -73,7 +73,8 @@ def _rank(spec: dict, out: str) -> None:
         ts, split = times[precision], nd.step_splits()
         results[precision] = {
             "median_s": statistics.median(ts), "min_s": min(ts), "mean_s": statistics.fmean(ts),
-            "params": nd.layout.d, "bytes_per_step_per_node": float(nd.bytes_sent[0]) / (spec["warmup"] + spec["steps"]),
+            "params": nd.layout.d,
+            "bytes_per_step_per_node": float(nd.bytes_sent[0]) / (spec["warmup"] + spec["steps"]),
             "split_per_rank": split,
             "split_mean": {k: statistics.fmean(s[k] for s in split)
                            for k in ("compute", "compression", "communication", "total")}}

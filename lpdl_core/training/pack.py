@@ -217,7 +217,7 @@ def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_t
     # every cell, a diverged one included (its NaN model, as its solo run evaluates it)
     finals = evaluate_cells(sim, list(range(len(runs))), x_te, y_te, batch_size=run.test_batch, transform=to_test)
     results = []
-    for k, r in enumerate(runs):
+    for k, _ in enumerate(runs):
         rows = [e["rows"][k] for e in curve if e["rows"][k] is not None]
         status, where = ("ok", None) if diverged[k] is None else ("diverged", diverged[k])
         final = finals[k].as_dict()

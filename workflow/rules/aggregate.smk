@@ -3,9 +3,11 @@ rule aggregate:
     (one row per cell and seed), curves.csv (one row per cell, seed and epoch), and per paper
     table tables/{table}.csv (one row per cell: groupby over seeds, missing and diverged cells
     marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.pipeline.aggregate.
+    The cells CSVs are inputs too: the tables copy their paper values.
     """
     input:
         run_files,
+        PAPER_CSVS,
     output:
         runs="results/{results}/runs.csv",
         curves="results/{results}/curves.csv",
@@ -29,6 +31,8 @@ for _results, _grid in GRID_RESULTS.items():
             f"aggregate_{_grid.replace('-', '_')}"
         input:
             run_files(results=_results),
+            # the spec: grid.json holds its description, axes and labels
+            str(grid_path(_grid)),
         output:
             runs=f"results/{_results}/runs.csv",
             curves=f"results/{_results}/curves.csv",

@@ -55,7 +55,7 @@ config.clear()
 config.update(_cfg)
 
 from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
-from lpdl_core.pipeline.grids import grid_folder, load_grid  # noqa: E402
+from lpdl_core.pipeline.grids import grid_folder, grid_path, load_grid  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
@@ -85,7 +85,13 @@ try:
 except LpdlError as e:
     _fail(e)
 GRID_CELLS = [c for g in GRIDS.values() for c in g.cells]
-CELL_BY_ID.update({c.cell_id: c for c in GRID_CELLS})
+# one namespace: a grid's ids begin with its name, which no paper id prefix or other grid shares
+for _c in GRID_CELLS:
+    if _c.cell_id in CELL_BY_ID:
+        _fail(
+            f"cell id {_c.cell_id} of grid {_c.table} is also {CELL_BY_ID[_c.cell_id].table}'s"
+        )
+    CELL_BY_ID[_c.cell_id] = _c
 GRID_JOBS = {
     name: plan_jobs(g.cells, PROFILE, config.get("cells_per_job"))
     for name, g in GRIDS.items()

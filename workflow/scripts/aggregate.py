@@ -33,3 +33,7 @@ with open(sm.log[0], "w") as log:
         print(line, file=log, flush=True)
         print(line, file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C: one line; rerunning aggregates again (its writes are atomic)
+        print("lpdl aggregate: interrupted", file=log, flush=True)
+        print("lpdl aggregate: interrupted (rerun snakemake to aggregate again)", file=sys.stderr, flush=True)
+        sys.exit(130)

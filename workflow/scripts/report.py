@@ -1,6 +1,6 @@
 """Snakemake script: the declared inputs (runs.csv, curves.csv, tables, cost.json, partitions.csv)
 -> the report (HTML, LaTeX, PDF when an engine exists). Imports no torch.
-An expected failure (corrupt or mislabelled metrics.json) is one line in the log and on stderr."""
+An expected failure (corrupt or mislabelled metrics.json), or Ctrl-C, is one line in the log and on stderr."""
 import sys
 from pathlib import Path
 
@@ -25,3 +25,7 @@ with open(sm.log[0], "w") as log:
         say(line)
         print(line, file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C: one line, as everywhere; rerunning builds the report again
+        say("lpdl report: interrupted")
+        print("lpdl report: interrupted (rerun snakemake to build the report)", file=sys.stderr, flush=True)
+        sys.exit(130)

@@ -2,7 +2,8 @@
 OMP_NUM_THREADS is set before torch loads), with its stdout and stderr in the job's log.
 
 What defines the runs reaches the job through params (the cells, the mode's fidelity as typed JSON;
-params.identity reruns a job when one of its runs changes). How the job runs (device, executor, compile, fused quantizers, packing,
+params.identity reruns a job when one of its runs changes). How the job runs (device, executor,
+compile, fused quantizers, packing,
 data root, paper-table folder, threads) comes from the config, so changing it, or the spelling of a
 path, never reruns a finished cell. With `executor: distributed` the job runs one process per node
 (torchrun started by `lpdl train`, or srun in a SLURM job of n tasks). The job runs offline
@@ -25,7 +26,8 @@ argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells
         *(("--reuse-runs", f"results/{results.removesuffix('-' + grid)}/runs/{{cell}}/seed{seed}")
           if grid and cfg["profile"] == "mini" else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
-        *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--device", cfg["device"], "--executor", cfg["executor"],
+        *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()),
+        "--device", cfg["device"], "--executor", cfg["executor"],
         *(("--compile", "--compile-mode", cfg.get("compile_mode", "auto")) if cfg.get("compile") else ()),
         *(("--fused-quant",) if cfg.get("fused_quant") else ()),
         *(("--data-root", cfg["data_root"]) if cfg["data_root"] else ()), "--fidelity-json", sm.params.fidelity,

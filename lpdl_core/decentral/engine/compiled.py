@@ -64,7 +64,8 @@ def check_compilable(sim) -> None:
     if sim.engine_cfg.executor != "batched":
         raise ValueError(f"compile needs engine.executor 'batched', got {sim.engine_cfg.executor!r}")
     if sim.gossip_cfg.compressor.is_random:
-        raise ValueError(f"compile needs a deterministic compressor (identity or topk), got {sim.gossip_cfg.compressor.kind!r}")
+        raise ValueError("compile needs a deterministic compressor (identity or topk), "
+                         f"got {sim.gossip_cfg.compressor.kind!r}")
 
 
 class CompiledStep:

@@ -8,6 +8,7 @@ from typing import Literal
 import torch
 
 from ...config import DEFAULT_SEED, DEVICES, EXECUTORS, RNG_STREAMS
+from ...compat import RunOptions, incompatible
 from ...errors import DeviceUnavailable
 from .compiled import CompileCfg
 
@@ -51,13 +52,10 @@ class EngineCfg:
         if self.device not in DEVICES:
             raise ValueError(f"engine.device must be one of {DEVICES}, got {self.device!r}")
         CompileCfg(enabled=self.compile, mode=self.compile_mode)  # validates both
-        if self.compile and self.executor != "batched":
-            raise ValueError(f"engine.compile needs engine.executor 'batched', got {self.executor!r}")
-        if self.fused_quant and self.compile:
-            raise ValueError("engine.fused_quant and engine.compile are alternatives: compile fuses the whole step")
-        if self.fused_quant and self.rng_streams == "shared" and self.executor == "batched":
-            raise ValueError("engine.fused_quant draws rounding noise per node; with rng_streams 'shared' "
-                             "use the loop executor")
+        why = incompatible(RunOptions(executor=self.executor, compile=self.compile, fused_quant=self.fused_quant,
+                                      rng_streams=self.rng_streams))
+        if why:  # the one table of what cannot run together (the workflow and lpdl train read it too)
+            raise ValueError(f"engine: {why}")
 
 
 def resolve_device(name: str) -> torch.device:

@@ -151,7 +151,8 @@ def check_packable(members: list[PackMember], engine: EngineCfg) -> None:
         raise ValueError(f"the cells of a pack need the same algorithm, got {', '.join(algos)}")
     for m in members:
         if m.gossip.compressor.is_random:
-            raise ValueError(f"a pack needs deterministic compressors (identity or topk), got {m.gossip.compressor.kind!r}")
+            raise ValueError("a pack needs deterministic compressors (identity or topk), "
+                             f"got {m.gossip.compressor.kind!r}")
     first = members[0].gossip
     for m in members[1:]:
         if (m.gossip.choco_form, m.gossip.choco_replicas) != (first.choco_form, first.choco_replicas):

@@ -1,0 +1,49 @@
+"""Which ways of running a cell cannot go together: one table, read by the workflow's config check
+(and so its dry run), by `lpdl train`'s argument check and by the engine's own config, so that a
+combination a job would refuse is refused before any work starts. Torch-free.
+
+A combination is described by `RunOptions` (how the runs are computed, never what): the
+executor, compile, fused_quant, whether cells are packed, and the fidelity's rng_streams (the
+official mode's "shared"). `incompatible` gives the first rule it breaks, as one sentence that
+names the options both as config keys and as `lpdl train` flags.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    executor: str = "loop"
+    compile: bool = False
+    fused_quant: bool = False
+    packed: bool = False          # cells_per_job: pack, or lpdl train --pack-size above 1
+    rng_streams: str = "per-node"  # the fidelity option
+
+
+@dataclass(frozen=True)
+class Rule:
+    broken: Callable[[RunOptions], bool]
+    why: Callable[[RunOptions], str]
+
+
+RULES = (
+    Rule(lambda o: o.compile and o.executor != "batched",
+         lambda o: f"compile (--compile) needs executor batched, got executor {o.executor}"),
+    Rule(lambda o: o.compile and o.fused_quant,
+         lambda o: "fused_quant (--fused-quant) and compile (--compile) are alternatives: compile fuses "
+                   "the whole step"),
+    Rule(lambda o: o.packed and o.executor == "distributed",
+         lambda o: "packed cells (cells_per_job: pack, --pack-size above 1) need executor loop or batched: a "
+                   "pack runs in one process, got executor distributed"),
+    Rule(lambda o: o.fused_quant and o.executor == "batched" and o.rng_streams == "shared",
+         lambda o: "fused_quant (--fused-quant) with executor batched draws the 8-bit rounding noise per node, "
+                   "and fidelity rng_streams shared (the official mode's) draws one stream for all nodes: "
+                   "use executor loop, or leave fused_quant off"),
+)
+
+
+def incompatible(options: RunOptions) -> str | None:
+    """Why these options cannot run together (the first rule they break), or None."""
+    return next((r.why(options) for r in RULES if r.broken(options)), None)
