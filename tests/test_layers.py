@@ -2,10 +2,12 @@
 
     entry       cli, __main__
     report      report/             torch-free: reads the tidy files the DAG gives it
-    pipeline    pipeline/           cells, mini protocol, run store, tidy frames (torch-free but runcell)
+    pipeline    pipeline/           cells, mini protocol, run store, tidy frames (torch-free but runcell and
+                                    preflight_shape, which run a cell and measure a job shape)
     training    training/           one training run, benchmarks, cost model
     blocks      decentral/ models/ quant/ data/
-    foundation  config, errors, atomic (the one file writer), the package itself
+    foundation  config, errors, atomic (the one file writer), bounded (bounded reading), compat (run
+                options that cannot go together), rehearsal_mark (a rehearsal data root), the package itself
 
 Read from the source with ast (every import, lazy ones inside functions included), so a new
 module cannot add an upward arrow or a cycle without this test saying which."""
@@ -17,7 +19,7 @@ import lpdl_core
 ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
 TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "bounded": "foundation",
-       "compat": "foundation", "decentral": "blocks",
+       "compat": "foundation", "rehearsal_mark": "foundation", "decentral": "blocks",
        "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",
        "__main__": "entry"}

@@ -11,6 +11,7 @@ Modules:
     args.py                 the parser classes, argument types, size limits, the output-file check
     train.py                lpdl train (one process, several cells, or one process per node)
     library_commands.py     topology, partition, demo, bench, models
+    data_commands.py        rehearsal-data (and the other commands that prepare or measure data)
     pipeline_commands.py    prefetch, cells, report, aggregate, cost, partition-figures, timing,
                             targets, unlock
 

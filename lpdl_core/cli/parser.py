@@ -19,6 +19,7 @@ from .args import (
     _timeout_seconds,
     _unit,
 )
+from .data_commands import add_data_commands
 from .library_commands import _cmd_bench, _cmd_demo, _cmd_models, _cmd_partition, _cmd_topology
 from .pipeline_commands import (
     _cmd_aggregate,
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(repeatable; default: the paper's)")
     pr.add_argument("--out", type=_path, help="also write the manifest to this file (not given: stdout only)")
     pr.set_defaults(func=_cmd_prefetch)
+    add_data_commands(command, _workflow_config_args)
 
     ce = command("cells", "list the paper's cells, or a grid's (one training run each)")
     ce.add_argument("--paper-dir", default=None, help=paper_dir)

@@ -29,10 +29,9 @@ class ChecksumError(LpdlError, RuntimeError):
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
     """Resolve the data root: explicit argument (config key `data_root`), else $LPDL_DATA, else ./data."""
-    if root is not None and str(root) != "":
-        return Path(root).expanduser()
-    env = os.environ.get("LPDL_DATA")
-    return Path(env).expanduser() if env else DEFAULT_ROOT
+    from ..rehearsal_mark import resolve_root
+
+    return resolve_root(root)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -82,8 +82,20 @@ def load_dataset(name: str, *, offline: bool = False, crop_sampling: str | None 
     prefetch it (the hub side of offline is HF_HUB_OFFLINE=1, set by `lpdl train --offline`).
     crop_sampling: a run's Fidelity.crop_sampling, recorded on the split (DataSplit.crop_sampling)
     for its "rrc-flip" augmentation; None keeps the loader's ("log-uniform")."""
-    split = _load(name, offline, kwargs)
+    split = _labelled(name, _load(name, offline, kwargs), kwargs.get("root"))
     return split if crop_sampling is None else replace(split, crop_sampling=crop_sampling)
+
+
+def _labelled(name: str, split: DataSplit, root) -> DataSplit:
+    """A paper dataset read from a rehearsal data root (lpdl rehearsal-data): said so in its
+    description and extras["rehearsal"], which every run records."""
+    from ..rehearsal_mark import data_kind
+
+    if split.standin_for is not None or split.extras.get("rehearsal") is False or data_kind(name, root) is None:
+        return split
+    desc = split.description if split.description.startswith("REHEARSAL") else \
+        f"REHEARSAL DATA (synthetic, lpdl rehearsal-data): {split.description}"
+    return replace(split, description=desc, extras={**split.extras, "rehearsal": True})
 
 
 def _load(name: str, offline: bool, kwargs: dict) -> DataSplit:

@@ -165,13 +165,14 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     """
     from ..data.registry import load_dataset
     from ..decentral.engine import resolve_device
-    from .runstore import run_identity
+    from .runstore import run_data, run_identity
 
     out = Path(out_dir)
     if profile not in PROFILES:
         raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     seed = cell.seed if seed is None else seed
-    identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity)
+    identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity,
+                            data=run_data(cell, profile, data_root))
     group = group or Group.join(executor, device=device)
     if group.distributed and group.world != cell.nodes:
         raise ConfigError(f"{cell.cell_id} has {cell.nodes} nodes but runs on {group.world} processes")

@@ -41,7 +41,7 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
     from ..data.registry import load_dataset
     from ..decentral.engine import resolve_device
     from ..training.pack import PackedRun, batch_plan
-    from .runstore import run_identity
+    from .runstore import run_data, run_identity
 
     if pack_size < 1:
         raise ValueError(f"pack_size must be >= 1, got {pack_size}")
@@ -49,7 +49,8 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
     out: dict[str, dict | Exception] = {}
     pending: list[tuple[Cell, Plan, dict]] = []
     for cell in cells:
-        ident = run_identity(cell, profile=profile, seed=cell.seed if seed is None else seed, fidelity=fidelity)
+        ident = run_identity(cell, profile=profile, seed=cell.seed if seed is None else seed, fidelity=fidelity,
+                             data=run_data(cell, profile, data_root))
         try:
             done = finished_run(Path(out_of(cell.cell_id)), ident, lambda ev, c=cell.cell_id: report(c, ev))
         except (LpdlError, OSError, ValueError) as e:

@@ -55,8 +55,10 @@ def _defining(cell_fields: Mapping, leave_out: tuple[str, ...]) -> dict:
             if k not in leave_out and not (k in EXTENSION_DEFAULTS and v == EXTENSION_DEFAULTS[k])}
 
 
-def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping) -> dict:
-    """What a run is: cell id, seed, profile, the cell's defining columns and fidelity."""
+def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping, data: str | None = None) -> dict:
+    """What a run is: cell id, seed, profile, the cell's defining columns and fidelity, and
+    `data` "rehearsal" for a run on rehearsal data (lpdl_core.rehearsal_mark.data_kind; real data
+    adds no key, so the runs on real data keep their identities)."""
     fields = asdict(cell) if is_dataclass(cell) else dict(cell)
     fid = fidelity.as_dict() if isinstance(fidelity, Fidelity) else dict(fidelity)
     ident = {"cell_id": cell.cell_id if hasattr(cell, "cell_id") else fields["cell_id"],
@@ -68,9 +70,19 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping)
         ident["own_momentum"] = own
     if fields.get("partition", "skew") != "skew":  # a Dirichlet split's epoch: its mean shard
         ident["epoch_samples"] = DIRICHLET_EPOCH
+    if data is not None:
+        ident["data"] = data
     if profile == "mini":
         ident["protocol"] = protocol(cell if is_dataclass(cell) else SimpleNamespace(**fields))
     return _plain(ident)
+
+
+def run_data(cell, profile: str, data_root: str | os.PathLike | None) -> str | None:
+    """run_identity's `data` for this cell: "rehearsal" when a paper-profile run reads its dataset
+    from a rehearsal data root, else None (the mini profile reads embedded stand-ins only)."""
+    from ..rehearsal_mark import data_kind
+
+    return data_kind(cell.dataset, data_root) if profile == "paper" else None
 
 
 def run_key(identity: Mapping) -> str:
@@ -92,8 +104,13 @@ def identity_of(metrics: Mapping) -> dict:
     return _plain(ident)
 
 
+ANY_DATA = "any"   # a `want` whose "data" is this accepts a run on real or rehearsal data
+
+
 def _differences(got: Mapping, want: Mapping) -> list[str]:
     out = []
+    if want.get("data") != ANY_DATA and got.get("data") != want.get("data"):
+        out.append(f"data {got.get('data') or 'real'!r} (asked: {want.get('data') or 'real'!r})")
     for part in ("cell", "fidelity", "protocol", "own_momentum"):
         g, w = got.get(part) or {}, want.get(part) or {}
         for k in sorted(set(g) | set(w)):

@@ -80,12 +80,12 @@ class StepTimes:
     @classmethod
     def from_mapping(cls, m: Mapping) -> "StepTimes":
         known = {"ref_model", "ref_nodes", "ref_batch", "measured", "macs_per_sample", "train_samples",
-                 "eval_share", "provenance"}
+                 "eval_share", "provenance", "preflight"}
         unknown = set(m) - known
         if unknown:
             raise ConfigError(f"step times: unknown keys {sorted(unknown)}; known: {sorted(known)}")
-        try:
-            return cls(**m)
+        try:  # preflight: the raw shape measurements of `lpdl preflight`, kept for the reader
+            return cls(**{k: v for k, v in m.items() if k != "preflight"})
         except TypeError as e:
             raise ConfigError(f"step times: {e}") from None
 

@@ -27,7 +27,7 @@ from typing import Iterable, Mapping
 from ..config import Fidelity
 from ..errors import CorruptFile, RunMismatch
 from .cell import Cell
-from .runstore import read_run_metrics, run_identity
+from .runstore import read_run_metrics, run_data, run_identity
 from .tidy import RUNS_FILE, file_sha256, run_dir
 
 STATES = ("current", "missing", "damaged", "other-run")
@@ -128,7 +128,7 @@ def _aggregated(results: Path) -> dict[tuple[str, int], str] | None:
 
 
 def run_state(cell: Cell, seed: int, results: Path, *, profile: str, fidelity: Fidelity,
-              aggregated: Mapping | None) -> RunState:
+              aggregated: Mapping | None, data_root: str | None = None) -> RunState:
     path = run_dir(results, cell.cell_id, seed) / "metrics.json"
     if not path.exists():
         return RunState(cell.cell_id, seed, "missing", f"no {path}")
@@ -138,7 +138,8 @@ def run_state(cell: Cell, seed: int, results: Path, *, profile: str, fidelity: F
         return RunState(cell.cell_id, seed, "damaged", f"{path}: unreadable ({e.strerror})")
     held = aggregated is not None and aggregated.get((cell.cell_id, seed)) == sha
     try:
-        read_run_metrics(path, run_identity(cell, profile=profile, seed=seed, fidelity=fidelity))
+        read_run_metrics(path, run_identity(cell, profile=profile, seed=seed, fidelity=fidelity,
+                                            data=run_data(cell, profile, data_root)))
     except CorruptFile as e:
         return RunState(cell.cell_id, seed, "damaged", str(e), held)
     except RunMismatch as e:
@@ -166,12 +167,14 @@ def report_state(report_dir: Path, results: Path, tables: Iterable[str], inputs:
 
 def folder_status(cells: Iterable[Cell], results: str | Path, *, profile: str, seeds: Iterable[int],
                   fidelity: Fidelity, report_dir: str | Path | None = None,
-                  tables: Iterable[str] = (), inputs: Iterable[Path] = ()) -> FolderStatus:
+                  tables: Iterable[str] = (), inputs: Iterable[Path] = (),
+                  data_root: str | None = None) -> FolderStatus:
     """The state of every (cell, seed) of a results folder (and of its report, when given; inputs:
     the files its tables are built from besides the runs, report_state)."""
     results, cells, seeds = Path(results), list(cells), [int(s) for s in seeds]
     aggregated = _aggregated(results)
-    states = tuple(run_state(c, s, results, profile=profile, fidelity=fidelity, aggregated=aggregated)
+    states = tuple(run_state(c, s, results, profile=profile, fidelity=fidelity, aggregated=aggregated,
+                             data_root=data_root)
                    for c in cells for s in seeds)
     named = {(c.cell_id, s) for c in cells for s in seeds}
     extra = tuple(sorted(f"{c} seed {s}" for c, s in (aggregated or {}) if (c, s) not in named))
@@ -193,7 +196,7 @@ def config_status(config: Mapping, cells: Iterable[Cell], grids: Mapping[str, It
     root, folder_modes, cells = Path(root), modes(config), list(cells)
     main = next(iter(folder_modes))
     report_dir = root / config["report_dir"]
-    common = dict(profile=config["profile"], seeds=config["seeds"])
+    common = dict(profile=config["profile"], seeds=config["seeds"], data_root=_root_path(root, config["data_root"]))
     paper = paper_dir_path(config["paper_dir"])
     csvs = [(root / paper if not paper.is_absolute() else paper) / f"{t}.csv" for t in config["tables"]]
     out = [folder_status(cells, root / "results" / name, fidelity=fid, tables=config["tables"], inputs=csvs,
@@ -203,3 +206,12 @@ def config_status(config: Mapping, cells: Iterable[Cell], grids: Mapping[str, It
                           report_dir=report_dir, tables=[name], inputs=[grid_path(name, root)], **common)
             for name, grid_cells in grids.items()]
     return out
+
+
+def _root_path(root: Path, data_root: str | None) -> str | None:
+    """The data root the workflow's jobs read (lpdl_core.rehearsal_mark.resolve_root, run in the
+    working directory `root`)."""
+    from ..rehearsal_mark import resolve_root
+
+    path = resolve_root(data_root)
+    return str(path if path.is_absolute() else root / path)

@@ -26,7 +26,7 @@ from ..config import FIDELITY_CHOICES, Fidelity, fidelity_mode
 from ..errors import CorruptFile, RunMismatch
 from .cell import NOT_COLUMNS, Cell
 from .results import CURVE_COLUMNS
-from .runstore import identity_of, read_run_metrics, run_identity, run_key
+from .runstore import ANY_DATA, identity_of, read_run_metrics, run_identity, run_key
 from .targets import num_classes
 
 CELL_COLUMNS = tuple(f.name for f in fields(Cell)
@@ -145,7 +145,7 @@ def read_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, s
             path = d / "metrics.json"
             if not path.exists():
                 continue
-            want = run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {})
+            want = {**run_identity(c, profile=profile, seed=seed, fidelity=fidelity or {}), "data": ANY_DATA}
             if fidelity is None:
                 del want["fidelity"]
             try:

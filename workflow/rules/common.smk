@@ -66,6 +66,7 @@ from lpdl_core.pipeline.resources import (
 )  # noqa: E402
 from lpdl_core.pipeline.runstore import (
     ARTIFACTS as RUN_ARTIFACTS,
+    run_data,
     run_identity,
 )  # noqa: E402
 
@@ -159,6 +160,7 @@ def job_identity(job, wildcards):
             profile=PROFILE,
             seed=int(wildcards.seed),
             fidelity=FIDELITY_OF[wildcards.results],
+            data=run_data(CELL_BY_ID[c], PROFILE, config["data_root"]),
         )
         for c in job.cells
     ]

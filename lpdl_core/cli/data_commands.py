@@ -1,0 +1,142 @@
+"""Commands that prepare data or measure jobs before the bill: rehearsal-data, preflight."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+from typing import Callable
+
+from ..errors import ConfigError
+from .args import _path
+
+log = logging.getLogger("lpdl.cli")
+
+
+def _scale(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return x
+
+
+def _positive(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not x > 0 or x != x or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return x
+
+
+def _steps(text: str) -> int:
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= k <= 1000:
+        raise argparse.ArgumentTypeError(f"must be in 1..1000, got {text}")
+    return k
+
+
+def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
+                      workflow_config_args: Callable[[argparse.ArgumentParser, str], None]) -> None:
+    from ..data.rehearsal import REHEARSED
+
+    rd = command("rehearsal-data", "write the paper's datasets in their real on-disk formats and full sizes, "
+                 "filled with synthetic class-dependent images and sentences, for offline rehearsals and "
+                 "measurements (never for accuracies); point data_root at --out")
+    rd.add_argument("--out", type=_path, required=True, help="the data root to write (created if missing)")
+    rd.add_argument("--scale", type=_scale, default=1.0,
+                    help="fraction of each split's full size, every class kept (default 1: the full sizes)")
+    rd.add_argument("--dataset", action="append", choices=REHEARSED,
+                    help="only this dataset (repeatable; default all)")
+    rd.set_defaults(func=_cmd_rehearsal_data)
+
+    pf = command("preflight", "measure each job shape of the paper plan on this machine's device (step time, "
+                 "data loader, peak memory, compile time), say per shape whether it fits, and write a "
+                 "step-times file for lpdl plan and the workflow's step_times key")
+    workflow_config_args(pf, "config/config.yaml, the step-time table and data_root are read there")
+    pf.add_argument("--out", type=_path, required=True, help="the step-times YAML file to write")
+    pf.add_argument("--steps", type=_steps, default=3, help="timed steps per shape (default 3)")
+    pf.add_argument("--warmup", type=_steps, default=1, help="untimed steps first (default 1; with compile: "
+                    "the compilation)")
+    pf.add_argument("--timeout", type=_positive, default=900, help="seconds one shape may take (default 900)")
+    pf.add_argument("--mem-cap-mb", type=_positive, default=None,
+                    help="also hold each shape's peak memory to this many MB (a smaller card or node)")
+    pf.set_defaults(func=_cmd_preflight)
+
+
+def _cmd_rehearsal_data(a: argparse.Namespace) -> int:
+    """Write the rehearsal sets; their manifest on stdout."""
+    from ..data.rehearsal import MANIFEST, REHEARSED, write_rehearsal
+
+    out = Path(a.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        # a real data root: rehearsal files beside real ones would be read as real
+        raise ConfigError(f"--out {out}: a folder with other files and no {MANIFEST}; "
+                          "give an empty or new folder (rehearsal data never mixes with real data)")
+    seen: dict[str, int] = {}
+
+    def progress(name: str, done: int, total: int) -> None:
+        if seen.get(name) != done:
+            seen[name] = done
+            log.info("rehearsal-data: %s %d/%d", name, done, total)
+
+    manifest = write_rehearsal(out, scale=a.scale, datasets=tuple(a.dataset or REHEARSED), progress=progress)
+    log.info("rehearsal-data: wrote %s (scale %g); set data_root: %s", ", ".join(manifest["datasets"]),
+             a.scale, out)
+    print(json.dumps(manifest, indent=2, sort_keys=True))
+    return 0
+
+
+def _cmd_preflight(a: argparse.Namespace) -> int:
+    """Measure the paper plan's job shapes; exit 1 when one will not fit or could not be measured."""
+    import datetime
+
+    import yaml
+
+    from ..pipeline.preflight import run_preflight
+    from ..pipeline.resources import Planner
+    from ..pipeline.results import git, write_atomic
+    from ..pipeline.runtime import StepTimes, step_kind
+    from .args import _out_file
+    from .pipeline_commands import _workflow_config
+
+    _out_file(a.out)
+    cfg, root, cells = _workflow_config(a)
+    if cfg["profile"] != "paper":
+        raise ConfigError(f"the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU: "
+                          "preflight measures the paper profile's jobs (give --configfile config/paper.yaml)")
+    base = StepTimes.load(root / cfg["step_times"])
+    packed = cfg.get("cells_per_job") == "pack"
+    planner = Planner(profile="paper", distributed=cfg["executor"] == "distributed",
+                      gpu_request=cfg.get("gpu_request", "gpus"), step_times=base,
+                      step_kind=step_kind(cfg["executor"], cfg.get("compile", False)), margin=cfg["runtime_margin"],
+                      max_minutes=cfg["max_runtime"], pack_size=cfg.get("pack_size", 4) if packed else 1)
+    stamp = f"{datetime.date.today().isoformat()}, commit {(git('rev-parse', '--short', 'HEAD') or 'unknown')}"
+    times, summary = run_preflight(cfg, cells, base, root=str(root), planner=planner, steps=a.steps,
+                                   warmup=a.warmup, timeout=a.timeout, mem_cap_mb=a.mem_cap_mb,
+                                   stamp=stamp, say=lambda line: log.info("%s", line))
+    if not times:
+        for name, v in summary.items():
+            print(f"{name}: {v['verdict']}: {'; '.join(v['why'])}")
+        raise ConfigError(f"no shape could be measured ({len(summary)} tried): no step-times file written")
+    header = ("# lpdl preflight: step times measured on this machine's device (see provenance and preflight);\n"
+              "# give it to lpdl plan and the workflow as step_times\n")
+    write_atomic(a.out, header + yaml.safe_dump(times, sort_keys=False, width=110))
+    bad = {k: v for k, v in summary.items() if v["verdict"] != "fits"}
+    devices = {v["device"] for v in summary.values() if "device" in v}
+    if devices and all(d == "cpu" for d in devices):
+        log.warning("preflight: measured on this machine's CPU, no GPU: the step times and runtimes are "
+                    "the CPU's; run it on the cluster's GPU node for the bill")
+    for name, v in summary.items():
+        print(f"{name}: {v['verdict']}" + (f": {'; '.join(v['why'])}" if v["why"] else ""))
+    print(f"lpdl preflight: {len(summary) - len(bad)} of {len(summary)} shapes fit; step times written to {a.out}")
+    return 1 if bad else 0

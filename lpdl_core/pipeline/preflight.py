@@ -1,0 +1,187 @@
+"""`lpdl preflight`: each distinct job shape of the plan measured on this machine's device before the
+bill is spent, a verdict per shape, and a step-times file that `lpdl plan` and the workflow's
+`step_times` key read. Torch-free: each shape runs in a child process
+(lpdl_core.pipeline.preflight_shape), so its peak memory is its own and one shape's failure is
+one line, not the end of the preflight.
+
+A shape is (model, dataset, precision, executor, nodes, pack, compile): the jobs the workflow
+plans (lpdl_core.pipeline.jobs) that share it cost the same per step. Its verdict is "fits", or
+"will not fit" with each reason:
+
+    device memory    CUDA peak above 90 % of the card (or of --mem-cap-mb)
+    host memory      peak RSS above the job's SLURM mem_mb request (or above --mem-cap-mb)
+    runtime          with the measured steps, the job needs more attempts at max_runtime than
+                     SLURM's retries allow (each attempt resumes from the last checkpoint)
+    data loader      it makes fewer samples per second than the step consumes
+
+The step-times file holds this machine's measurements only: each measured shape's step as a
+measurement of its model, precision and column (normalised to ref_nodes as the runtime model reads
+it back; the larger where two shapes share a column), the config's file's MACs and data sizes for
+the models it scales, its provenance (device, torch, date, commit) and the raw shape measurements
+under `preflight`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from typing import Callable, Iterable, Mapping
+
+from ..config import Fidelity
+from .cell import Cell
+from .jobs import pack_stacks, plan_jobs
+from .runtime import PACKED, StepTimes, job_runtime, step_kind
+
+DEVICE_SHARE = 0.9      # of the card's memory a shape may use
+SLURM_RETRIES = 3       # workflow/profiles/slurm/config.yaml: retries (attempts = retries + 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    model: str
+    dataset: str
+    precision: str
+    executor: str
+    nodes: int
+    pack: int
+    compile: bool
+
+    @property
+    def name(self) -> str:
+        return (f"{self.model}/{self.dataset} {self.precision} {step_kind(self.executor, self.compile)} "
+                f"n={self.nodes}" + (f" pack {self.pack}" if self.pack > 1 else ""))
+
+    @property
+    def column(self) -> str:
+        """The step-times column this shape measures."""
+        kind = step_kind(self.executor, self.compile)
+        return f"{kind}{PACKED}{self.pack}" if self.pack > 1 else kind
+
+
+def shapes(cfg: Mapping, cells: Iterable[Cell]) -> dict[Shape, list[list[Cell]]]:
+    """Each shape of the config's jobs -> those jobs (their cells), in plan order."""
+    cells = list(cells)
+    by_id = {c.cell_id: c for c in cells}
+    per = cfg.get("cells_per_job")
+    packs = per == "pack" and cfg["executor"] != "distributed"
+    out: dict[Shape, list[list[Cell]]] = {}
+    for job in plan_jobs(cells, cfg["profile"], per):
+        job_cells = [by_id[c] for c in job.cells]
+        stacks = pack_stacks(job_cells, cfg.get("pack_size", 4)) if packs else [[c] for c in job_cells]
+        for stack in stacks:
+            c = stack[0]
+            shape = Shape(model=c.model, dataset=c.dataset, precision=c.precision, executor=cfg["executor"],
+                          nodes=c.nodes, pack=len(stack), compile=bool(cfg.get("compile")))
+            out.setdefault(shape, []).append(job_cells)
+    return out
+
+
+def measure_shape(shape: Shape, cell: Cell, *, cfg: Mapping, root: str, steps: int, warmup: int,
+                  timeout: float) -> dict:
+    """The child process's measurements of the shape, or {"error": one line}."""
+    data_root = cfg.get("data_root") or None
+    if data_root and not os.path.isabs(data_root):
+        data_root = os.path.join(root, data_root)
+    spec = {"cell": asdict(cell), "profile": cfg["profile"], "fidelity": Fidelity.from_mapping(
+        cfg.get("fidelity", "paper")).as_dict(), "data_root": data_root, "device": cfg.get("device", "auto"),
+        "executor": shape.executor, "compile": shape.compile, "compile_mode": cfg.get("compile_mode", "auto"),
+        "pack": shape.pack, "steps": steps, "warmup": warmup}
+    threads = min(int(cfg.get("threads_per_job") or os.cpu_count() or 1), os.cpu_count() or 1)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads),  # as a job has them, never more than the cores
+           "HF_HUB_OFFLINE": "1"}
+    try:
+        p = subprocess.run([sys.executable, "-m", "lpdl_core.pipeline.preflight_shape", json.dumps(spec)],
+                           capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout:.0f} s"}
+    if p.returncode != 0:
+        lines = [line for line in p.stderr.strip().splitlines() if line.strip()]
+        return {"error": lines[-1] if lines else f"exit {p.returncode}"}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def verdict(m: Mapping, *, mem_request_mb: float, attempts_needed: int, mem_cap_mb: float | None = None) -> list[str]:
+    """The reasons a measured shape will not fit (none: it fits)."""
+    why = []
+    if "device_peak_mb" in m:
+        cap = min(DEVICE_SHARE * m["device_total_mb"], mem_cap_mb or float("inf"))
+        if m["device_peak_mb"] > cap:
+            why.append(f"device memory {m['device_peak_mb']:,.0f} MB above {cap:,.0f} MB")
+    host_cap = min(mem_request_mb, mem_cap_mb or float("inf"))
+    if m["peak_rss_mb"] > host_cap:
+        what = "the SLURM request" if host_cap == mem_request_mb else "the cap"
+        why.append(f"host memory {m['peak_rss_mb']:,.0f} MB above {what} of {host_cap:,.0f} MB")
+    if attempts_needed > SLURM_RETRIES + 1:
+        why.append(f"runtime: {attempts_needed} attempts at max_runtime, more than the {SLURM_RETRIES + 1} "
+                   "SLURM allows")
+    if m["loader_samples_per_s"] < m["step_samples_per_s"]:
+        why.append(f"data loader {m['loader_samples_per_s']:,.0f} samples/s, slower than the step's "
+                   f"{m['step_samples_per_s']:,.0f}")
+    return why
+
+
+def measured_times(base: StepTimes, results: Mapping[Shape, Mapping], *, provenance: str) -> dict:
+    """The step-times mapping of this machine: the measured shapes' steps only (normalised to
+    ref_nodes, the larger of two shapes in one column; another device's numbers never mix in),
+    base's MACs, sizes and eval share for what is scaled, and the raw measurements. ValueError
+    when no shape was measured."""
+    measured: dict = {}
+    for shape, m in results.items():
+        if "error" in m:
+            continue
+        col = measured.setdefault(shape.model, {}).setdefault(shape.precision, {})
+        t = m["step_s"] * base.ref_nodes / shape.nodes
+        col[shape.column] = round(max(t, col.get(shape.column, 0.0)), 6)
+    if not measured:
+        raise ValueError("no shape was measured")
+    ref = base.ref_model if base.ref_model in measured else next(iter(measured))
+    others = "not measured by this preflight: scaled from " + ref + " by forward MACs per sample"
+    return {"ref_model": ref, "ref_nodes": base.ref_nodes, "ref_batch": base.ref_batch, "measured": measured,
+            "macs_per_sample": dict(base.macs_per_sample), "train_samples": dict(base.train_samples),
+            "eval_share": base.eval_share,
+            "provenance": {**{model: provenance for model in measured}, "others": others},
+            "preflight": {s.name: dict(m) for s, m in results.items()}}
+
+
+def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root: str, planner,
+                  steps: int = 3, warmup: int = 1, timeout: float = 900, mem_cap_mb: float | None = None,
+                  stamp: str = "", say: Callable[[str], None] = print) -> tuple[dict, dict]:
+    """Measure every shape; say one line per shape (its verdict); return (step-times mapping, a
+    summary {shape name: {"verdict", "why", **measurements}})."""
+    found = shapes(cfg, cells)
+    results, summary = {}, {}
+    for k, (shape, jobs) in enumerate(found.items(), 1):
+        say(f"preflight {k}/{len(found)}: {shape.name} ({len(jobs)} job(s)) ...")
+        m = measure_shape(shape, jobs[0][0], cfg=cfg, root=root, steps=steps, warmup=warmup, timeout=timeout)
+        results[shape] = m
+        if "error" in m:
+            summary[shape.name] = {"verdict": "not measured", "why": [m["error"]]}
+            say(f"  {shape.name}: not measured: {m['error']}")
+    done = [m for m in results.values() if "error" not in m]
+    provenance = (f"lpdl preflight, {steps} step(s) after {warmup} per shape, on {done[0]['device']} "
+                  f"(torch {done[0]['torch']}, {done[0]['threads']} threads), {stamp}" if done else "")
+    if not done:
+        return {}, summary
+    times = StepTimes.from_mapping(measured_times(base, results, provenance=provenance))
+    kind = step_kind(cfg["executor"], bool(cfg.get("compile")))
+    pack_size = cfg.get("pack_size", 4) if cfg.get("cells_per_job") == "pack" else 1
+    for shape, jobs in found.items():
+        m = results[shape]
+        if "error" in m:
+            continue
+        worst = max(jobs, key=lambda cs: job_runtime(cs, times, executor=kind, margin=cfg.get("runtime_margin", 1.5),
+                                                     max_minutes=cfg.get("max_runtime", 2880),
+                                                     pack_size=pack_size).estimate_minutes)
+        request = job_runtime(worst, times, executor=kind, margin=cfg.get("runtime_margin", 1.5),
+                              max_minutes=cfg.get("max_runtime", 2880), pack_size=pack_size)
+        mem = planner.resources(worst)["mem_mb"]
+        why = verdict(m, mem_request_mb=mem, attempts_needed=request.attempts_needed, mem_cap_mb=mem_cap_mb)
+        summary[shape.name] = {"verdict": "will not fit" if why else "fits", "why": why, "mem_request_mb": mem,
+                               "attempts_needed": request.attempts_needed, **m}
+        say(f"  {shape.name}: {'WILL NOT FIT: ' + '; '.join(why) if why else 'fits'} (step {m['step_s']:.3f} s, "
+            f"loader {m['loader_samples_per_s']:,.0f} samples/s, host peak {m['peak_rss_mb']:,.0f} MB of "
+            f"{mem:,} MB asked" + (f", device peak {m['device_peak_mb']:,.0f} MB" if "device_peak_mb" in m else "")
+            + ")")
+    return measured_times(base, results, provenance=provenance), summary

@@ -1,0 +1,95 @@
+"""`lpdl preflight`: the plan's job shapes, their verdicts, and a step-times file that gives back
+exactly what was measured. The end-to-end run (child processes, real loader on rehearsal data,
+the real simulator) is slow; the rest is torch-free."""
+
+import pytest
+import yaml
+
+from lpdl_core.pipeline.cells import load_cells
+from lpdl_core.pipeline.preflight import SLURM_RETRIES, Shape, measured_times, shapes, verdict
+from lpdl_core.pipeline.runtime import StepTimes, step_kind
+from lpdl_core.pipeline.wfconfig import load
+from repo_copy import ROOT
+
+PAPER = load(ROOT, [str(ROOT / "config/paper.yaml")])
+
+
+def _m(**kw) -> dict:
+    base = {"step_s": 0.5, "loader_samples_per_s": 10_000.0, "step_samples_per_s": 512.0, "peak_rss_mb": 3000.0,
+            "device": "cpu"}
+    return {**base, **kw}
+
+
+def test_every_job_of_the_paper_plan_has_one_shape_and_shapes_are_few():
+    """Each pack of each planned job maps to exactly one shape; the paper profile's 226 cells
+    come down to a few dozen shapes (so a preflight is minutes, not hours)."""
+    cells = load_cells(tables=PAPER["tables"])
+    found = shapes(PAPER, cells)
+    assert sum(len(cs) for jobs in found.values() for cs in jobs) >= len(cells)
+    assert {s.model for s in found} == {c.model for c in cells}
+    assert all(s.executor == PAPER["executor"] and s.compile == PAPER["compile"] for s in found)
+    assert all(1 <= s.pack <= PAPER["pack_size"] for s in found) and len(found) <= 60
+    one = shapes({**PAPER, "cells_per_job": "cell"}, cells)
+    assert all(s.pack == 1 for s in one)
+
+
+def test_verdicts_name_each_reason_and_fit_otherwise():
+    assert verdict(_m(), mem_request_mb=24_000, attempts_needed=1) == []
+    why = verdict(_m(peak_rss_mb=30_000, loader_samples_per_s=100.0), mem_request_mb=24_000,
+                  attempts_needed=SLURM_RETRIES + 2)
+    assert len(why) == 3 and why[0].startswith("host memory 30,000 MB above the SLURM request")
+    assert "attempts" in why[1] and why[2].startswith("data loader 100 samples/s, slower")
+    gpu = _m(device_peak_mb=75_000, device_total_mb=81_000)
+    assert verdict(gpu, mem_request_mb=24_000, attempts_needed=1) == ["device memory 75,000 MB above 72,900 MB"]
+    assert verdict(_m(), mem_request_mb=24_000, attempts_needed=1, mem_cap_mb=1)[0].startswith(
+        "host memory 3,000 MB above the cap of 1 MB")
+
+
+def test_the_written_step_times_give_back_each_measured_step():
+    """The invariant the bill rests on: for the shape's own cell, the runtime model reads back the
+    measured seconds (normalised to ref_nodes on write, scaled by nodes on read)."""
+    base = StepTimes.load(ROOT / "config/step-times.yaml")
+    cells = load_cells(tables=["table2"])
+    c8 = next(c for c in cells if c.model == "resnet20" and c.nodes == 8)
+    c16 = next(c for c in cells if c.model == "resnet20" and c.nodes == 16 and c.precision == c8.precision)
+    s8, s16 = (Shape(model="resnet20", dataset="cifar10", precision=c8.precision, executor="batched", nodes=c.nodes,
+                     pack=1, compile=True) for c in (c8, c16))
+    mapping = measured_times(base, {s8: _m(step_s=0.010), s16: _m(step_s=0.030)}, provenance="test")
+    times = StepTimes.from_mapping(yaml.safe_load(yaml.safe_dump(mapping)))
+    kind = step_kind("batched", True)
+    # one column holds both shapes: the larger per node, so the 16-node shape reads back exactly
+    assert times.step_seconds(c16, kind) == pytest.approx(0.030)
+    assert times.step_seconds(c8, kind) == pytest.approx(0.015)  # at least its own 0.010
+    assert mapping["provenance"]["resnet20"] == "test" and "scaled from resnet20" in mapping["provenance"]["others"]
+    assert mapping["measured"] == {"resnet20": {c8.precision: {kind: 0.015}}}  # no other device's numbers
+    with pytest.raises(ValueError, match="no shape was measured"):
+        measured_times(base, {s8: {"error": "x"}}, provenance="test")
+
+
+@pytest.mark.slow
+def test_lpdl_preflight_measures_a_scaled_down_plan_and_plan_reads_its_file(tmp_path, capsys):
+    """On rehearsal data, one Table 3 cell of the paper profile: the real loader, the simulator,
+    child processes. A tiny memory cap makes the shape not fit, in one line, exit 1; the file it
+    writes is a step-times file `lpdl plan` prices from."""
+    from lpdl_core.cli import main
+    from repo_copy import small_paper_dir
+
+    small_paper_dir(tmp_path / "cells", n=1, table="table3")
+    assert main(["-q", "rehearsal-data", "--out", str(tmp_path / "data"), "--scale", "0.005",
+                 "--dataset", "cifar10"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "st.yaml"
+    argv = ["preflight", "--directory", str(ROOT), "--configfile", str(ROOT / "config/paper.yaml"), "--config",
+            f"paper_dir={tmp_path / 'cells'}", "tables=[table3]", f"data_root={tmp_path / 'data'}", "compile=false",
+            "--steps", "1", "--out", str(out), "--mem-cap-mb", "1"]
+    assert main(argv) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("resnet20/cifar10 fp32 batched n=8: will not fit: host memory")
+    assert "above the cap of 1 MB" in lines[0] and lines[-1].startswith("lpdl preflight: 0 of 1 shapes fit")
+    written = yaml.safe_load(out.read_text())
+    shape = written["preflight"]["resnet20/cifar10 fp32 batched n=8"]
+    assert shape["rehearsal"] is True and shape["step_s"] > 0 and shape["peak_rss_mb"] > 100
+    assert written["measured"]["resnet20"]["fp32"]["batched"] == pytest.approx(shape["step_s"], rel=1e-5)
+    assert main(["plan", "--directory", str(ROOT), "--configfile", str(ROOT / "config/paper.yaml"), "--config",
+                 f"paper_dir={tmp_path / 'cells'}", "tables=[table3]", "compile=false", f"step_times={out}"]) == 0
+    assert "measured" in capsys.readouterr().out

@@ -1,0 +1,184 @@
+"""Rehearsal data (`lpdl rehearsal-data`): the real formats, read by the unchanged loaders, at the
+paper's full sizes (scale 1) or a scaled-down copy; learnable; never taken for real data (the
+loaders label it, a run's identity says so, and a run on it is another run than one on real data)."""
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from lpdl_core.cli import main
+from lpdl_core.data.rehearsal import REHEARSED, _count, write_rehearsal
+from lpdl_core.errors import RunMismatch
+from lpdl_core.pipeline.cells import load_cells
+from lpdl_core.pipeline.runstore import check_identity, run_data, run_identity
+from lpdl_core.rehearsal_mark import MANIFEST, REHEARSAL, data_kind
+
+SCALE = 0.004   # CIFAR: 200 + 40 images; Imagenette: 3 or 4 train images a class; AG News: 480 rows
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("rehearsal")
+    assert main(["-q", "rehearsal-data", "--out", str(root), "--scale", str(SCALE)]) == 0
+    return root
+
+
+def test_at_scale_one_each_split_has_the_real_datasets_size():
+    """The counts the writer uses at scale 1 are the loaders' own official sizes."""
+    from lpdl_core.data.agnews import SIZES as AGNEWS
+    from lpdl_core.data.imagenette import OFFICIAL_TRAIN_SIZES, OFFICIAL_VAL_SIZE
+    from lpdl_core.data.rehearsal import IMAGENETTE_VAL
+    from lpdl_core.data.sentlen import SIZES as SENTLEN
+
+    assert [_count(n, 1.0) for n in OFFICIAL_TRAIN_SIZES] == list(OFFICIAL_TRAIN_SIZES)
+    assert sum(IMAGENETTE_VAL) == OFFICIAL_VAL_SIZE
+    assert {k: _count(v, 1.0) for k, v in AGNEWS.items()} == {"train": 120_000, "test": 7_600}
+    assert {k: _count(v, 1.0) for k, v in SENTLEN.items()} == {"tr": 100_000, "va": 10_000, "te": 10_000}
+    assert _count(50_000, 1.0) == 50_000 and _count(10_000, 1.0) == 10_000
+
+
+def test_the_unchanged_loaders_read_every_set_and_label_it(rehearsal):
+    from lpdl_core.data.registry import load_dataset
+
+    for name, classes, n_train, size in (("cifar10", 10, 200, 32), ("cifar100", 100, 200, 32)):
+        split = load_dataset(name, root=rehearsal, offline=True)
+        assert tuple(split.x_train.shape) == (n_train, 3, size, size) and len(split.x_test) == 40
+        assert split.x_train.dtype == torch.uint8 and split.num_classes == classes
+        assert split.extras["rehearsal"] is True and split.description.startswith("REHEARSAL DATA")
+    from lpdl_core.data.imagenette import OFFICIAL_TRAIN_SIZES
+
+    im = load_dataset("imagenette", root=rehearsal, offline=True)
+    assert torch.bincount(im.y_train, minlength=10).tolist() == [_count(n, SCALE) for n in OFFICIAL_TRAIN_SIZES]
+    assert tuple(im.x_test.shape[1:]) == (3, 224, 224) and im.extras["rehearsal"] is True
+    from lpdl_core.data.agnews import read_csv
+    from lpdl_core.data.sentlen import BIN_EDGES, read_senteval_tsv
+
+    texts, labels = read_csv(rehearsal / "ag_news_csv" / "train.csv")
+    assert len(texts) == 480 and sorted(set(labels)) == [0, 1, 2, 3]
+    splits = read_senteval_tsv(rehearsal / "senteval" / "probing" / "sentence_length.txt", len(BIN_EDGES))
+    assert {k: len(v[0]) for k, v in splits.items()} == {"tr": 400, "va": 40, "te": 40}
+    for sentence, y in zip(*splits["tr"]):  # each sentence's word count is in its label's bin
+        lo, hi = BIN_EDGES[y]
+        assert lo <= len(sentence.split()) <= hi
+
+
+def test_the_cifar_batches_have_the_published_files_structure(rehearsal, tmp_path):
+    """Key for key and type for type as the loader's own fixture of the published Python 2
+    pickles (tests/test_data_cifar.py), read as the real files read: encoding="bytes"."""
+    from test_data_cifar import make_cifar10, make_cifar100
+
+    make_cifar10(tmp_path)
+    make_cifar100(tmp_path)
+
+    def shape(path: Path) -> dict:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="bytes")
+        return {k: (type(v).__name__, getattr(v, "dtype", None), getattr(v, "ndim", None),
+                    type(v[0]).__name__ if isinstance(v, list) else None) for k, v in d.items()}
+
+    for sub, files in (("cifar10/cifar-10-batches-py", ("data_batch_1", "test_batch", "batches.meta")),
+                       ("cifar100/cifar-100-python", ("train", "test", "meta"))):
+        for f in files:
+            assert shape(rehearsal / sub / f) == shape(tmp_path / sub / f), f
+
+
+def test_the_images_are_learnable_and_deterministic(rehearsal, tmp_path):
+    """A nearest-class-mean classifier on raw pixels is far above chance (10 %) on the held-out
+    split: each class has its own pattern. The same call writes the same bytes."""
+    from lpdl_core.data.registry import load_dataset
+
+    split = load_dataset("cifar10", root=rehearsal, offline=True)
+    x, y = split.x_train.flatten(1).float(), split.y_train
+    means = torch.stack([x[y == c].mean(0) for c in range(10)])
+    pred = torch.cdist(split.x_test.flatten(1).float(), means).argmin(1)
+    assert (pred == split.y_test).float().mean() > 0.5
+    again = write_rehearsal(tmp_path, scale=SCALE, datasets=("cifar10",))
+    first = json.loads((rehearsal / MANIFEST).read_text())
+    assert again["datasets"]["cifar10"]["md5"] == first["datasets"]["cifar10"]["md5"]
+
+
+def test_a_folder_of_other_files_is_refused_and_a_subset_keeps_the_rest(tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "cifar10").mkdir()
+    assert main(["rehearsal-data", "--out", str(tmp_path / "real")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no lpdl-rehearsal.json" in err[0]
+    out = tmp_path / "r"
+    write_rehearsal(out, scale=SCALE, datasets=("sentlen",))
+    write_rehearsal(out, scale=SCALE, datasets=("agnews",))
+    m = json.loads((out / MANIFEST).read_text())
+    assert sorted(m["datasets"]) == ["agnews", "sentlen"] and all(d["complete"] for d in m["datasets"].values())
+    assert set(REHEARSED) >= set(m["datasets"])
+
+
+def test_a_set_being_written_is_already_rehearsal_data(tmp_path, monkeypatch):
+    """Interrupted while writing: the manifest names the set (incomplete), so nothing reads the
+    half-written files as real data."""
+    import lpdl_core.data.rehearsal as rh
+
+    def fail(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rh, "write_agnews", fail)
+    with pytest.raises(KeyboardInterrupt):
+        write_rehearsal(tmp_path, scale=SCALE, datasets=("agnews",))
+    m = json.loads((tmp_path / MANIFEST).read_text())
+    assert m["datasets"]["agnews"]["complete"] is False
+    assert data_kind("agnews", tmp_path) == REHEARSAL and data_kind("cifar10", tmp_path) is None
+
+
+def test_a_paper_run_on_rehearsal_data_is_another_run(rehearsal, tmp_path):
+    """run_data: 'rehearsal' for a paper-profile cell whose dataset the root holds as rehearsal
+    data, None for real data and for the mini profile (embedded stand-ins). The identity of a
+    run on real data has no 'data' key (so no finished run changes), and one run is never
+    accepted for the other."""
+    cell = next(c for c in load_cells(tables=["table2"]) if c.dataset == "cifar10")
+    assert run_data(cell, "paper", rehearsal) == REHEARSAL
+    assert run_data(cell, "paper", tmp_path) is None and run_data(cell, "mini", rehearsal) is None
+    real = run_identity(cell, profile="paper", seed=1, fidelity={})
+    fake = run_identity(cell, profile="paper", seed=1, fidelity={}, data=run_data(cell, "paper", rehearsal))
+    assert "data" not in real and fake == {**real, "data": REHEARSAL}
+    with pytest.raises(RunMismatch, match="data 'rehearsal' \\(asked: 'real'\\)"):
+        check_identity("m.json", {"identity": fake}, real)
+    with pytest.raises(RunMismatch, match="data 'real' \\(asked: 'rehearsal'\\)"):
+        check_identity("m.json", {"identity": real}, fake)
+    assert run_data(cell, "paper", tmp_path / "nothing") is None  # no data root at all: real data
+
+
+@pytest.mark.slow
+def test_the_paper_profile_trains_a_cell_on_rehearsal_data_through_snakemake(tmp_path):
+    """`snakemake --configfile config/paper.yaml` with data_root at a scaled-down rehearsal set:
+    the download rule verifies it (the manifest's checksums), the train job reads it offline with
+    the unchanged loader, the run says `data: rehearsal` in its identity, and aggregate and the
+    report follow. One Table 3 cell, cut to 1 epoch in the cells CSV (the machinery is under test)."""
+    import csv
+    import os
+    import subprocess
+    import sys
+
+    from repo_copy import copy_repo, small_paper_dir
+
+    repo = copy_repo(tmp_path / "repo")
+    small_paper_dir(repo / "small", n=1, table="table3")
+    table = repo / "small" / "table3.csv"
+    rows = list(csv.DictReader(table.open()))
+    rows[0]["epochs"] = "1"
+    with table.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["-q", "rehearsal-data", "--out", str(tmp_path / "data"), "--scale", "0.005",
+                 "--dataset", "cifar10"]) == 0
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    p = subprocess.run([str(bin_dir / "snakemake"), "-c2", "--configfile", "config/paper.yaml", "--config",
+                        "paper_dir=small", "tables=[table3]", f"data_root={tmp_path / 'data'}", "compile=false",
+                        "threads_per_job=2"], cwd=repo, env=env, capture_output=True, text=True, timeout=1200,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    cell = load_cells(repo / "small", tables=["table3"])[0].cell_id
+    m = json.loads((repo / f"results/paper/runs/{cell}/seed1234/metrics.json").read_text())
+    assert m["status"] == "ok" and m["epochs_done"] == 1 and m["identity"]["data"] == REHEARSAL
+    assert (repo / "results/paper/tables/table3.csv").is_file()
