@@ -93,3 +93,20 @@ def test_lpdl_preflight_measures_a_scaled_down_plan_and_plan_reads_its_file(tmp_
     assert main(["plan", "--directory", str(ROOT), "--configfile", str(ROOT / "config/paper.yaml"), "--config",
                  f"paper_dir={tmp_path / 'cells'}", "tables=[table3]", "compile=false", f"step_times={out}"]) == 0
     assert "measured" in capsys.readouterr().out
+
+
+def test_a_measured_host_peak_raises_the_slurm_memory_request_never_lowers_it():
+    """The file's host_mb (each model's peak RSS in the preflight) sets the job's mem_mb to at
+    least HOST_MARGIN x that; below PAPER_MEM_MB the request stays as it was."""
+    from dataclasses import replace
+
+    from lpdl_core.pipeline.resources import HOST_MARGIN, PAPER_MEM_MB, Planner
+
+    base = StepTimes.load(ROOT / "config/step-times.yaml")
+    cell = next(c for c in load_cells(tables=["table2"]) if c.model == "resnet20")
+    high = Planner(profile="paper", step_times=replace(base, host_mb={"resnet20": 30_000.0}))
+    low = Planner(profile="paper", step_times=replace(base, host_mb={"resnet20": 100.0}))
+    assert high.resources([cell])["mem_mb"] == 30_000 * HOST_MARGIN > PAPER_MEM_MB["resnet20"]
+    assert low.resources([cell])["mem_mb"] == PAPER_MEM_MB["resnet20"]
+    s = Shape(model="resnet20", dataset="cifar10", precision="fp32", executor="batched", nodes=8, pack=1, compile=False)
+    assert measured_times(base, {s: _m(peak_rss_mb=5000.0)}, provenance="t")["host_mb"] == {"resnet20": 5000.0}

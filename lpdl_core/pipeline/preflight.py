@@ -16,9 +16,10 @@ plans (lpdl_core.pipeline.jobs) that share it cost the same per step. Its verdic
 
 The step-times file holds this machine's measurements only: each measured shape's step as a
 measurement of its model, precision and column (normalised to ref_nodes as the runtime model reads
-it back; the larger where two shapes share a column), the config's file's MACs and data sizes for
-the models it scales, its provenance (device, torch, date, commit) and the raw shape measurements
-under `preflight`.
+it back; the larger where two shapes share a column), each model's peak host memory (`host_mb`;
+the SLURM mem_mb request becomes at least 1.25 x that, lpdl_core.pipeline.resources), the config's
+file's MACs and data sizes for the models it scales, its provenance (device, torch, date, commit)
+and the raw shape measurements under `preflight`.
 """
 from __future__ import annotations
 
@@ -136,12 +137,17 @@ def measured_times(base: StepTimes, results: Mapping[Shape, Mapping], *, provena
         col[shape.column] = round(max(t, col.get(shape.column, 0.0)), 6)
     if not measured:
         raise ValueError("no shape was measured")
+    host: dict[str, float] = {}
+    for shape, m in results.items():
+        if "error" not in m:
+            host[shape.model] = round(max(m["peak_rss_mb"], host.get(shape.model, 0.0)), 1)
     ref = base.ref_model if base.ref_model in measured else next(iter(measured))
     others = "not measured by this preflight: scaled from " + ref + " by forward MACs per sample"
     return {"ref_model": ref, "ref_nodes": base.ref_nodes, "ref_batch": base.ref_batch, "measured": measured,
             "macs_per_sample": dict(base.macs_per_sample), "train_samples": dict(base.train_samples),
             "eval_share": base.eval_share,
             "provenance": {**{model: provenance for model in measured}, "others": others},
+            "host_mb": host,
             "preflight": {s.name: dict(m) for s, m in results.items()}}
 
 

@@ -15,6 +15,8 @@ only the wiring; `lpdl plan` (bill.py) prices the same jobs with the same GPU co
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
@@ -34,6 +36,7 @@ PAPER_MEM_MB = {"resnet20": 24000, "resnet54": 24000, "mobilenetv2": 24000,
 # each further process of a distributed job (its own torch, CUDA context and copy of the dataset);
 # an estimate, not measured
 EXTRA_PROCESS_MB = {"mini": 1000, "paper": 4000}
+HOST_MARGIN = 1.25   # a measured peak's headroom in the request
 # relative cost of one node's step by model (the mini stand-ins' measured step times), and of an
 # 8-bit step against an FP one: only the order of the jobs depends on it
 STEP_COST = {"resnet20": 1.0, "resnet54": 1.8, "vgg11": 0.9, "resnet18": 2.0, "mobilenetv2": 1.0,
@@ -93,7 +96,7 @@ class Planner:
             out = {"mem_mb": MINI_MEM_MB + EXTRA_PROCESS_MB["mini"] * (n - 1),
                    "runtime": MINI_JOB_MINUTES + MINI_CELL_MINUTES * len(cells), "gpus": 0}
         else:
-            out = {"mem_mb": max(PAPER_MEM_MB[c.model] for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
+            out = {"mem_mb": max(self.host_request_mb(c.model) for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
                    "runtime": self.runtime(cells).minutes, "gpus": n}
         gpus = out.pop("gpus")
         out["gpu"] = 0 if self.gpu_request == "gres" else gpus
@@ -102,6 +105,12 @@ class Planner:
         if n > 1:
             out.update(mpi="srun", tasks=n, **({"tasks_per_gpu": 1} if self.profile == "paper" else {}))
         return out
+
+    def host_request_mb(self, model: str) -> int:
+        """A paper job's host memory by model: PAPER_MEM_MB, or HOST_MARGIN x the peak `lpdl
+        preflight` measured (step times' host_mb) where that is more."""
+        measured = (self.step_times.host_mb if self.step_times else {}).get(model)
+        return max(PAPER_MEM_MB[model], math.ceil(HOST_MARGIN * measured) if measured else 0)
 
     def attempts(self, jobs: Iterable[Job], by_id: Mapping[str, Cell]) -> list[int]:
         """Attempts each paper job needs at max_runtime (1 for every mini job)."""

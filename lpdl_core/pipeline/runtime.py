@@ -46,6 +46,7 @@ class StepTimes:
     train_samples: Mapping[str, int]
     eval_share: float = 0.1
     provenance: Mapping[str, str] = field(default_factory=dict)
+    host_mb: Mapping[str, float] = field(default_factory=dict)  # model -> peak host MB (lpdl preflight)
 
     def __post_init__(self):
         if self.ref_model not in self.measured:
@@ -80,7 +81,7 @@ class StepTimes:
     @classmethod
     def from_mapping(cls, m: Mapping) -> "StepTimes":
         known = {"ref_model", "ref_nodes", "ref_batch", "measured", "macs_per_sample", "train_samples",
-                 "eval_share", "provenance", "preflight"}
+                 "eval_share", "provenance", "host_mb", "preflight"}
         unknown = set(m) - known
         if unknown:
             raise ConfigError(f"step times: unknown keys {sorted(unknown)}; known: {sorted(known)}")
