@@ -116,7 +116,9 @@ def write_cifar(root: Path, name: str, scale: float = 1.0, progress: Progress | 
 
     def batch(n: int, label: str) -> dict:
         y = _balanced(n, classes, rng)
-        x = _patterns(y, classes, 32, 32, rng).transpose(0, 3, 1, 2).reshape(n, 3072)  # R, G, B planes
+        # R, G, B planes; 5,000 images at a time, so 50,000 never hold float32 temporaries at once
+        x = np.concatenate([_patterns(y[k:k + 5000], classes, 32, 32, rng).transpose(0, 3, 1, 2).reshape(-1, 3072)
+                            for k in range(0, n, 5000)])
         names = [f"rehearsal_{label.replace(' ', '_')}_{k:05d}.png".encode() for k in range(n)]
         if name == "cifar10":
             return {b"batch_label": label.encode(), b"labels": y.tolist(), b"data": x, b"filenames": names}
