@@ -21,17 +21,31 @@ def copy_repo(dst: Path) -> Path:
     return dst
 
 
-def small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | None = None) -> None:
+def small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | None = None,
+                    mini_epochs: int | None = None) -> None:
     """A paper dir whose `table` holds only its first n cells, or only `cell` (same header and
     validation). The other tables are copied whole: the workflow only reads `table`
-    (tables=[table]), but `lpdl train` may read every table of the paper dir to find its cell."""
+    (tables=[table]), but `lpdl train` may read every table of the paper dir to find its cell.
+    mini_epochs: the kept cells' mini run length (the optional mini_epochs column), so a test of
+    the machinery trains 1 or 2 epochs instead of the protocol's 6."""
+    import csv
+
     from lpdl_core.pipeline.cells import PAPER_DIR, load_cells
 
     dst.mkdir(parents=True)
     ids = [c.cell_id for c in load_cells(None, tables=[table])]
     for src in PAPER_DIR.glob("*.csv"):
-        lines = src.read_text().splitlines()
-        if src.name == f"{table}.csv":
-            rows = lines[1:1 + n] if cell is None else [lines[1 + ids.index(cell)]]
-            lines = lines[:1] + rows
-        (dst / src.name).write_text("\n".join(lines) + "\n")
+        if src.name != f"{table}.csv":
+            shutil.copy(src, dst / src.name)
+            continue
+        with src.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        rows = rows[:n] if cell is None else [rows[ids.index(cell)]]
+        fields = list(rows[0])
+        if mini_epochs is not None:
+            fields += [] if "mini_epochs" in fields else ["mini_epochs"]
+            rows = [{**r, "mini_epochs": str(mini_epochs)} for r in rows]
+        with (dst / src.name).open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+            w.writeheader()
+            w.writerows(rows)
