@@ -90,7 +90,8 @@ def smk_errors(stderr: str) -> list[str]:
 def write_rows(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        extra = [k for k in (rows[0] if rows else {}) if k not in COLUMNS]  # optional columns (mini_epochs, ...)
+        w = csv.DictWriter(f, fieldnames=[*COLUMNS, *extra])
         w.writeheader()
         w.writerows(rows)
     return path

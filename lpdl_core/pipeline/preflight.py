@@ -97,6 +97,8 @@ def measure_shape(shape: Shape, cell: Cell, *, cfg: Mapping, root: str, steps: i
                            capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"no result within {timeout:.0f} s"}
+    if p.returncode < 0:  # SIGKILL: the kernel's out-of-memory killer, most often
+        return {"error": f"killed by signal {-p.returncode}" + (" (out of memory?)" if p.returncode == -9 else "")}
     if p.returncode != 0:
         lines = [line for line in p.stderr.strip().splitlines() if line.strip()]
         return {"error": lines[-1] if lines else f"exit {p.returncode}"}
