@@ -1879,10 +1879,11 @@ def test_guarantee_what_the_tables_copy_from_their_cells_file_is_an_input(target
 
 
 @pytest.mark.slow
-@pytest.mark.ci
 def test_distributed_executor_under_snakemake_with_no_optional_key(tmp_path):
     """`snakemake --config executor=distributed` failed every train job with KeyError
-    'dist_timeout': the default of a key whose default lives in config.py was never filled in."""
+    'dist_timeout': the default of a key whose default lives in config.py was never filled in.
+    (CI runs the same command, with more checks, in test_workflow's
+    test_each_executor_runs_a_cell_under_snakemake_with_no_optional_key_set[distributed].)"""
     from repo_copy import small_paper_dir as one_cell_dir
 
     repo = copy_repo(tmp_path / "repo")
