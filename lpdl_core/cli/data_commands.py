@@ -8,39 +8,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
-from .args import _path
+from .args import _count, _path, _real
 
 log = logging.getLogger("lpdl.cli")
-
-
-def _scale(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < x <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return x
-
-
-def _positive(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not x > 0 or x != x or x == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return x
-
-
-def _steps(text: str) -> int:
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= k <= 1000:
-        raise argparse.ArgumentTypeError(f"must be in 1..1000, got {text}")
-    return k
 
 
 def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
@@ -51,7 +21,7 @@ def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
                  "filled with synthetic class-dependent images and sentences, for offline rehearsals and "
                  "measurements (never for accuracies); point data_root at --out")
     rd.add_argument("--out", type=_path, required=True, help="the data root to write (created if missing)")
-    rd.add_argument("--scale", type=_scale, default=1.0,
+    rd.add_argument("--scale", type=_real(0, 1, lo_open=True), default=1.0,
                     help="fraction of each split's full size, every class kept (default 1: the full sizes)")
     rd.add_argument("--dataset", action="append", choices=REHEARSED,
                     help="only this dataset (repeatable; default all)")
@@ -62,11 +32,12 @@ def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
                  "step-times file for lpdl plan and the workflow's step_times key")
     workflow_config_args(pf, "config/config.yaml, the step-time table and data_root are read there")
     pf.add_argument("--out", type=_path, required=True, help="the step-times YAML file to write")
-    pf.add_argument("--steps", type=_steps, default=3, help="timed steps per shape (default 3)")
-    pf.add_argument("--warmup", type=_steps, default=1, help="untimed steps first (default 1; with compile: "
+    pf.add_argument("--steps", type=_count(1, 1000), default=3, help="timed steps per shape (default 3)")
+    pf.add_argument("--warmup", type=_count(1, 1000), default=1, help="untimed steps first (default 1; with compile: "
                     "the compilation)")
-    pf.add_argument("--timeout", type=_positive, default=900, help="seconds one shape may take (default 900)")
-    pf.add_argument("--mem-cap-mb", type=_positive, default=None,
+    pf.add_argument("--timeout", type=_real(0, 86_400, lo_open=True), default=900,
+                    help="seconds one shape may take (default 900)")
+    pf.add_argument("--mem-cap-mb", type=_real(0, 1e9, lo_open=True), default=None,
                     help="also hold each shape's peak memory to this many MB (a smaller card or node)")
     pf.set_defaults(func=_cmd_preflight)
 

@@ -179,11 +179,9 @@ def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root:
         m = results[shape]
         if "error" in m:
             continue
-        worst = max(jobs, key=lambda cs: job_runtime(cs, times, executor=kind, margin=cfg.get("runtime_margin", 1.5),
-                                                     max_minutes=cfg.get("max_runtime", 2880),
-                                                     pack_size=pack_size).estimate_minutes)
-        request = job_runtime(worst, times, executor=kind, margin=cfg.get("runtime_margin", 1.5),
-                              max_minutes=cfg.get("max_runtime", 2880), pack_size=pack_size)
+        requests = [(job_runtime(cs, times, executor=kind, margin=cfg.get("runtime_margin", 1.5),
+                                 max_minutes=cfg.get("max_runtime", 2880), pack_size=pack_size), cs) for cs in jobs]
+        request, worst = max(requests, key=lambda rc: rc[0].estimate_minutes)
         mem = planner.resources(worst)["mem_mb"]
         why = verdict(m, mem_request_mb=mem, attempts_needed=request.attempts_needed, mem_cap_mb=mem_cap_mb)
         summary[shape.name] = {"verdict": "will not fit" if why else "fits", "why": why, "mem_request_mb": mem,
