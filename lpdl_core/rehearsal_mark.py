@@ -43,3 +43,14 @@ def data_kind(dataset: str, root: str | os.PathLike | None) -> str | None:
     written), None when a run on it reads real data."""
     m = rehearsal_manifest(root)
     return REHEARSAL if m is not None and dataset in m["datasets"] else None
+
+
+def rehearsal_model(repo: str, root: str | os.PathLike | None) -> str | None:
+    """The local folder of a rehearsal root's stand-in for the hub model `repo` (random weights in
+    the checkpoint's format, lpdl_core.data.rehearsal_hub), or None when the root has none."""
+    m = rehearsal_manifest(root)
+    entry = (m or {}).get("hub", {}).get(repo) if m else None
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        return None
+    path = resolve_root(root) / entry["path"]
+    return str(path.resolve()) if (path / "config.json").is_file() else None

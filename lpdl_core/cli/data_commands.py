@@ -39,6 +39,9 @@ def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
                     help="seconds one shape may take (default 900)")
     pf.add_argument("--mem-cap-mb", type=_real(0, 1e9, lo_open=True), default=None,
                     help="also hold each shape's peak memory to this many MB (a smaller card or node)")
+    pf.add_argument("--shape", action="append", metavar="TEXT",
+                    help="only the shapes whose name (as printed: 'vgg11/imagenette int8 batched n=4 pack 2') "
+                    "contains TEXT, e.g. --shape vgg11/ (repeatable; default every shape of the plan)")
     pf.set_defaults(func=_cmd_preflight)
 
 
@@ -92,9 +95,13 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
                       step_kind=step_kind(cfg["executor"], cfg.get("compile", False)), margin=cfg["runtime_margin"],
                       max_minutes=cfg["max_runtime"], pack_size=cfg.get("pack_size", 4) if packed else 1)
     stamp = f"{datetime.date.today().isoformat()}, commit {(git('rev-parse', '--short', 'HEAD') or 'unknown')}"
-    times, summary = run_preflight(cfg, cells, base, root=str(root), planner=planner, steps=a.steps,
-                                   warmup=a.warmup, timeout=a.timeout, mem_cap_mb=a.mem_cap_mb,
-                                   stamp=stamp, say=lambda line: log.info("%s", line))
+    try:
+        times, summary = run_preflight(cfg, cells, base, root=str(root), planner=planner, steps=a.steps,
+                                       warmup=a.warmup, timeout=a.timeout, mem_cap_mb=a.mem_cap_mb,
+                                       stamp=stamp, only=tuple(a.shape or ()),
+                                       say=lambda line: log.info("%s", line))
+    except ValueError as e:  # --shape matched nothing
+        raise ConfigError(f"--shape: {e}") from None
     if not times:
         for name, v in summary.items():
             print(f"{name}: {v['verdict']}: {'; '.join(v['why'])}")

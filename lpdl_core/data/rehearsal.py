@@ -17,6 +17,8 @@ its description and `extras["rehearsal"]`, which runs record.
 Sizes (scale 1): CIFAR-10 50,000 + 10,000 images, CIFAR-100 50,000 + 10,000, Imagenette 9,469
 train + 3,925 val JPEGs at about 500 × 375 (a tenth portrait), AG News 120,000 + 7,600 rows,
 Sentlen 100,000 + 10,000 + 10,000 lines. A smaller `scale` keeps every format and every class.
+With a text set comes `hub/distilbert-base-uncased/`, the checkpoint's format with random weights
+(lpdl_core.data.rehearsal_hub), which the paper's text cells load from a rehearsal root.
 """
 from __future__ import annotations
 
@@ -278,5 +280,12 @@ def write_rehearsal(out: str | Path, *, scale: float = 1.0, datasets=REHEARSED,
         else:
             written = write_sentlen(root, scale)
         manifest["datasets"][name] = {**written, "scale": scale, "complete": True}
+        save()
+    if {"agnews", "sentlen"} & set(datasets):  # their paper cells load the DistilBERT checkpoint too
+        from .rehearsal_hub import write_distilbert
+
+        if progress:
+            progress("distilbert-base-uncased (random weights)", 0, 1)
+        manifest.setdefault("hub", {})["distilbert-base-uncased"] = write_distilbert(root)
         save()
     return manifest

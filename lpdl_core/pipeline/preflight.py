@@ -155,10 +155,18 @@ def measured_times(base: StepTimes, results: Mapping[Shape, Mapping], *, provena
 
 def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root: str, planner,
                   steps: int = 3, warmup: int = 1, timeout: float = 900, mem_cap_mb: float | None = None,
-                  stamp: str = "", say: Callable[[str], None] = print) -> tuple[dict, dict]:
-    """Measure every shape; say one line per shape (its verdict); return (step-times mapping, a
-    summary {shape name: {"verdict", "why", **measurements}})."""
+                  stamp: str = "", only: tuple[str, ...] = (),
+                  say: Callable[[str], None] = print) -> tuple[dict, dict]:
+    """Measure every shape (with `only`: those whose name contains one of its texts); say one line
+    per shape (its verdict); return (step-times mapping, a summary {shape name: {"verdict", "why",
+    **measurements}}). ValueError when `only` matches no shape."""
     found = shapes(cfg, cells)
+    if only:
+        names = [s.name for s in found]
+        found = {s: jobs for s, jobs in found.items() if any(t in s.name for t in only)}
+        if not found:
+            raise ValueError(f"no shape of the plan matches {' or '.join(map(repr, only))}; its shapes: "
+                             + "; ".join(names))
     results, summary = {}, {}
     for k, (shape, jobs) in enumerate(found.items(), 1):
         say(f"preflight {k}/{len(found)}: {shape.name} ({len(jobs)} job(s)) ...")

@@ -23,6 +23,7 @@ from ..decentral.optim import OptimCfg
 from ..decentral.topology import Topology
 from ..errors import ConfigError
 from ..quant.quantizer import QuantCfg
+from ..rehearsal_mark import data_kind, rehearsal_model
 from ..training.schedule import ScheduleCfg
 from ..training.run_cfg import RunCfg
 from ..training.train import train
@@ -38,6 +39,14 @@ from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 # A plan lists it in hub_models, so `lpdl prefetch` (lpdl_core.pipeline.prefetch) fetches exactly what
 # the run will load.
 PRETRAINED_TEXT = "distilbert-base-uncased"
+
+
+def text_checkpoint(dataset: str, data_root) -> str | None:
+    """The rehearsal stand-in of PRETRAINED_TEXT when the dataset is read from a rehearsal root
+    (random weights: a rehearsal run, never an accuracy), else None: the hub checkpoint."""
+    if data_kind(dataset, data_root) is None:
+        return None
+    return rehearsal_model(PRETRAINED_TEXT, data_root)
 
 
 def quant_cfg(fidelity: Fidelity) -> QuantCfg:
@@ -98,7 +107,8 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         dataset, dkw, model = cell.dataset, {"root": data_root}, cell.model
         epochs, lr, batch = cell.epochs, cell.lr, cell.batch_per_node
         if text:
-            dkw["tokenizer"], hub = PRETRAINED_TEXT, (PRETRAINED_TEXT,)
+            local = text_checkpoint(cell.dataset, data_root)
+            dkw["tokenizer"], hub = (local, ()) if local else (PRETRAINED_TEXT, (PRETRAINED_TEXT,))
     else:
         m = mini_run(cell)
         dataset, dkw, model, epochs, lr, batch = (m.dataset, dict(m.dataset_kwargs), m.model, m.epochs, m.lr,
@@ -116,10 +126,11 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
     return Plan(cell_id=paper_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
                 mapping=tuple(mapping), hub_models=hub,
-                make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity))
+                make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity, data_root))
 
 
-def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelity: Fidelity) -> Callable:
+def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelity: Fidelity,
+                   data_root=None) -> Callable:
     precision = cell.precision
     norm = None if cell.norm == "none" else cell.norm
     if norm == "range-evonorm-fp":  # the models hand `norm` to make_norm unread: the gate rides along
@@ -129,8 +140,9 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
         labels = DATASET_SPECS[cell.dataset].classes
         if profile == "paper":
             from ..models.transformer import SequenceClassifier, distilbert_classifier
+            pretrained = text_checkpoint(cell.dataset, data_root) or PRETRAINED_TEXT
             return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg,
-                                                                    pretrained=PRETRAINED_TEXT))
+                                                                    pretrained=pretrained))
         from ..models.mini import mini_distilbert
         return lambda: mini_distilbert(labels, precision=precision, qcfg=qcfg, max_length=TEXT_MAX_LENGTH,
                                        **TINY_DISTILBERT)
