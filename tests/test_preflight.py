@@ -2,6 +2,8 @@
 exactly what was measured. The end-to-end run (child processes, real loader on rehearsal data,
 the real simulator) is slow; the rest is torch-free."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -110,3 +112,82 @@ def test_a_measured_host_peak_raises_the_slurm_memory_request_never_lowers_it():
     assert low.resources([cell])["mem_mb"] == PAPER_MEM_MB["resnet20"]
     s = Shape(model="resnet20", dataset="cifar10", precision="fp32", executor="batched", nodes=8, pack=1, compile=False)
     assert measured_times(base, {s: _m(peak_rss_mb=5000.0)}, provenance="t")["host_mb"] == {"resnet20": 5000.0}
+
+
+def test_the_preflight_job_asks_for_one_gpu_the_hungriest_host_memory_and_every_shape_timeout():
+    """preflight_resources (the workflow's preflight rule): one GPU as gpu_request says, the
+    largest host request of the shapes' models, and the shapes' timeouts as runtime, capped."""
+    from lpdl_core.pipeline.preflight import preflight_resources
+    from lpdl_core.pipeline.resources import Planner
+
+    found = shapes(PAPER, load_cells(tables=PAPER["tables"]))
+    base = StepTimes.load(ROOT / "config/step-times.yaml")
+    planner = Planner(profile="paper", step_times=base)
+    res = preflight_resources(planner, found, timeout_s=600, max_minutes=2880)
+    assert res["gpu"] == 1 and "gres" not in res
+    assert res["runtime"] == len(found) * 10 + 10
+    assert res["mem_mb"] == max(planner.host_request_mb(s.model) for s in found)
+    gres = preflight_resources(Planner(profile="paper", gpu_request="gres", step_times=base), found, max_minutes=60)
+    assert (gres["gpu"], gres["gres"], gres["runtime"]) == (0, "gpu:1", 60)
+
+
+@pytest.mark.slow
+def test_snakemake_preflight_is_one_job_that_writes_the_step_times_and_the_verdicts(tmp_path):
+    """`snakemake --configfile config/paper.yaml preflight`: the download rule verifies the data
+    first, then one job runs lpdl preflight over the config's plan (here one Table 3 shape on
+    rehearsal data, on this CPU) with the config's `preflight:` options; its outputs are the
+    step-times file, one verdict line per shape (also printed) and the config it measured."""
+    import os
+    import subprocess
+    import sys
+
+    from lpdl_core.cli import main
+    from repo_copy import copy_repo, small_paper_dir
+
+    repo = copy_repo(tmp_path / "repo")
+    small_paper_dir(repo / "small", n=1, table="table3")
+    assert main(["-q", "rehearsal-data", "--out", str(tmp_path / "data"), "--scale", "0.005",
+                 "--dataset", "cifar10"]) == 0
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    p = subprocess.run([str(bin_dir / "snakemake"), "-c2", "--configfile", "config/paper.yaml", "--config",
+                        "paper_dir=small", "tables=[table3]", f"data_root={tmp_path / 'data'}", "compile=false",
+                        "preflight={steps: 1, warmup: 1, shapes: [resnet20/]}", "--", "preflight"],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = repo / "results/paper/preflight"
+    verdicts = (out / "verdicts.txt").read_text().splitlines()
+    assert verdicts[0].startswith("resnet20/cifar10 fp32 batched n=8: ")
+    assert verdicts[-1].startswith("lpdl preflight: ") and verdicts[0] in p.stderr
+    times = yaml.safe_load((out / "step-times.yaml").read_text())
+    assert times["preflight"]["resnet20/cifar10 fp32 batched n=8"]["rehearsal"] is True
+    assert yaml.safe_load((out / "config.yaml").read_text())["preflight"]["steps"] == 1
+    assert (repo / "results/paper/download.json").is_file()
+
+
+def test_an_interrupted_preflight_keeps_what_it_measured(monkeypatch):
+    """`save` gets the step-times mapping after each measured shape, so a preflight killed at its
+    time limit leaves a file of every shape measured before (the CLI writes it atomically)."""
+    import lpdl_core.pipeline.preflight as pf
+    from lpdl_core.pipeline.resources import Planner
+
+    calls = []
+
+    def measure(shape, cell, **kw):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(shape)
+        return _m(first_step_s=1.0, torch="t", threads=2)
+
+    monkeypatch.setattr(pf, "measure_shape", measure)
+    base = StepTimes.load(ROOT / "config/step-times.yaml")
+    saved, lines = [], []
+    with pytest.raises(KeyboardInterrupt):
+        pf.run_preflight(PAPER, load_cells(tables=PAPER["tables"]), base, root=str(ROOT),
+                         planner=Planner(profile="paper", step_times=base), say=lines.append, save=saved.append)
+    assert len(saved) == 1 and list(saved[0]["preflight"]) == [calls[0].name]
+    assert saved[0]["measured"][calls[0].model][calls[0].precision][calls[0].column] > 0
+    assert any(calls[0].name in line and "step 0.5000 s" in line for line in lines)
+    with pytest.raises(ValueError, match="no shape of the plan matches 'nosuch'"):
+        pf.run_preflight(PAPER, load_cells(tables=PAPER["tables"]), base, root=str(ROOT),
+                         planner=Planner(profile="paper", step_times=base), only=("nosuch",))

@@ -182,3 +182,48 @@ def test_the_paper_profile_trains_a_cell_on_rehearsal_data_through_snakemake(tmp
     m = json.loads((repo / f"results/paper/runs/{cell}/seed1234/metrics.json").read_text())
     assert m["status"] == "ok" and m["epochs_done"] == 1 and m["identity"]["data"] == REHEARSAL
     assert (repo / "results/paper/tables/table3.csv").is_file()
+    runs = list(csv.DictReader((repo / "results/paper/runs.csv").open()))
+    assert [r["data"] for r in runs if r["cell_id"] == cell] == [REHEARSAL]
+    html = (repo / "report/paper/report.html").read_text()
+    assert "trained on rehearsal data" in html
+
+
+def test_the_text_cells_load_the_rehearsal_checkpoint_not_the_hub(rehearsal, tmp_path):
+    """With a text set comes hub/distilbert-base-uncased: DistilBERT's architecture (transformers'
+    defaults are distilbert-base-uncased's) with seeded random weights, and a WordPiece tokenizer of
+    the same vocabulary size. A paper text cell on a rehearsal root plans it (tokenizer and weights,
+    nothing to fetch); on a real root it plans the hub checkpoint."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from lpdl_core.config import Fidelity
+    from lpdl_core.pipeline.runcell import PRETRAINED_TEXT, plan_cell
+    from lpdl_core.rehearsal_mark import rehearsal_model
+
+    m = json.loads((rehearsal / MANIFEST).read_text())
+    local = rehearsal_model(PRETRAINED_TEXT, rehearsal)
+    assert local == str((rehearsal / m["hub"][PRETRAINED_TEXT]["path"]).resolve())
+    cfg = AutoConfig.from_pretrained(local)
+    assert (cfg.model_type, cfg.n_layers, cfg.n_heads, cfg.dim, cfg.hidden_dim, cfg.vocab_size) == \
+        ("distilbert", 6, 12, 768, 3072, 30522)
+    tok = AutoTokenizer.from_pretrained(local)
+    assert len(tok) == cfg.vocab_size and tok.pad_token_id == 0
+    assert tok("The Markets")["input_ids"] == tok("the markets")["input_ids"]  # uncased
+    cell = next(c for c in load_cells(tables=["table5"]) if c.dataset == "agnews")
+    plan = plan_cell(cell, "paper", seed=1, fidelity=Fidelity(), data_root=str(rehearsal))
+    assert plan.dataset_kwargs["tokenizer"] == local and plan.hub_models == ()
+    real = plan_cell(cell, "paper", seed=1, fidelity=Fidelity(), data_root=str(tmp_path))
+    assert real.dataset_kwargs["tokenizer"] == PRETRAINED_TEXT and real.hub_models == (PRETRAINED_TEXT,)
+    assert rehearsal_model(PRETRAINED_TEXT, tmp_path) is None
+
+
+def test_runs_csv_says_which_data_a_run_trained_on(rehearsal):
+    """runs.csv's `data` column comes from the run's identity: "rehearsal" or "real"."""
+    from lpdl_core.pipeline.tidy import RUN_COLUMNS, run_row
+
+    cell = next(c for c in load_cells(tables=["table2"]) if c.dataset == "cifar10")
+    real = run_identity(cell, profile="paper", seed=1, fidelity={})
+    fake = {**real, "data": run_data(cell, "paper", rehearsal)}
+    final = {"final": {"mean_acc": 50.0}}
+    assert "data" in RUN_COLUMNS
+    assert run_row(cell, 1, "paper", {**final, "identity": fake}, 10)["data"] == REHEARSAL
+    assert run_row(cell, 1, "paper", {**final, "identity": real}, 10)["data"] == "real"

@@ -16,6 +16,7 @@ log = logging.getLogger("lpdl.cli")
 def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
                       workflow_config_args: Callable[[argparse.ArgumentParser, str], None]) -> None:
     from ..data.rehearsal import REHEARSED
+    from ..pipeline.preflight import SHAPE_TIMEOUT_S
 
     rd = command("rehearsal-data", "write the paper's datasets in their real on-disk formats and full sizes, "
                  "filled with synthetic class-dependent images and sentences, for offline rehearsals and "
@@ -35,8 +36,8 @@ def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
     pf.add_argument("--steps", type=_count(1, 1000), default=3, help="timed steps per shape (default 3)")
     pf.add_argument("--warmup", type=_count(1, 1000), default=1, help="untimed steps first (default 1; with compile: "
                     "the compilation)")
-    pf.add_argument("--timeout", type=_real(0, 86_400, lo_open=True), default=900,
-                    help="seconds one shape may take (default 900)")
+    pf.add_argument("--timeout", type=_real(0, 86_400, lo_open=True), default=SHAPE_TIMEOUT_S,
+                    help=f"seconds one shape may take (default {SHAPE_TIMEOUT_S})")
     pf.add_argument("--mem-cap-mb", type=_real(0, 1e9, lo_open=True), default=None,
                     help="also hold each shape's peak memory to this many MB (a smaller card or node)")
     pf.add_argument("--shape", action="append", metavar="TEXT",
@@ -95,20 +96,24 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
                       step_kind=step_kind(cfg["executor"], cfg.get("compile", False)), margin=cfg["runtime_margin"],
                       max_minutes=cfg["max_runtime"], pack_size=cfg.get("pack_size", 4) if packed else 1)
     stamp = f"{datetime.date.today().isoformat()}, commit {(git('rev-parse', '--short', 'HEAD') or 'unknown')}"
+    header = ("# lpdl preflight: step times measured on this machine's device (see provenance and preflight);\n"
+              "# give it to lpdl plan and the workflow as step_times\n")
+
+    def save(times: dict) -> None:  # after each measured shape: an interrupted preflight keeps them
+        write_atomic(a.out, header + yaml.safe_dump(times, sort_keys=False, width=110))
+
     try:
         times, summary = run_preflight(cfg, cells, base, root=str(root), planner=planner, steps=a.steps,
                                        warmup=a.warmup, timeout=a.timeout, mem_cap_mb=a.mem_cap_mb,
                                        stamp=stamp, only=tuple(a.shape or ()),
-                                       say=lambda line: log.info("%s", line))
+                                       say=lambda line: log.info("%s", line), save=save)
     except ValueError as e:  # --shape matched nothing
         raise ConfigError(f"--shape: {e}") from None
     if not times:
         for name, v in summary.items():
             print(f"{name}: {v['verdict']}: {'; '.join(v['why'])}")
         raise ConfigError(f"no shape could be measured ({len(summary)} tried): no step-times file written")
-    header = ("# lpdl preflight: step times measured on this machine's device (see provenance and preflight);\n"
-              "# give it to lpdl plan and the workflow as step_times\n")
-    write_atomic(a.out, header + yaml.safe_dump(times, sort_keys=False, width=110))
+    save(times)
     bad = {k: v for k, v in summary.items() if v["verdict"] != "fits"}
     devices = {v["device"] for v in summary.values() if "device" in v}
     if devices and all(d == "cpu" for d in devices):

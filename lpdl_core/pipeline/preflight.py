@@ -24,6 +24,7 @@ and the raw shape measurements under `preflight`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from .jobs import pack_stacks, plan_jobs
 from .runtime import PACKED, StepTimes, job_runtime, step_kind
 
 DEVICE_SHARE = 0.9      # of the card's memory a shape may use
+SHAPE_TIMEOUT_S = 900   # seconds one shape may take (lpdl preflight --timeout)
 SLURM_RETRIES = 3       # workflow/profiles/slurm/config.yaml: retries (attempts = retries + 1)
 
 
@@ -77,6 +79,33 @@ def shapes(cfg: Mapping, cells: Iterable[Cell]) -> dict[Shape, list[list[Cell]]]
                           nodes=c.nodes, pack=len(stack), compile=bool(cfg.get("compile")))
             out.setdefault(shape, []).append(job_cells)
     return out
+
+
+def preflight_resources(planner, found: Mapping[Shape, list], *, timeout_s: float = SHAPE_TIMEOUT_S,
+                        max_minutes: int = 2880) -> dict:
+    """The Snakemake resources of the preflight job (workflow rule `preflight`): one GPU, the host
+    memory of the hungriest model's jobs, and every shape's timeout as its runtime (capped)."""
+    return {"mem_mb": max(planner.host_request_mb(s.model) for s in found),
+            "runtime": min(max_minutes, math.ceil(len(found) * timeout_s / 60) + 10),
+            **planner.gpu_resources(1)}
+
+
+def rule_resources(cfg: Mapping, cells: Iterable[Cell], planner) -> dict:
+    """The workflow's preflight rule's resources for this config (its `preflight:` options)."""
+    opts = cfg.get("preflight") or {}
+    wanted = opts.get("shapes") or ()
+    found = {s: j for s, j in shapes(cfg, cells).items() if not wanted or any(t in s.name for t in wanted)}
+    if cfg["profile"] != "paper" or not found:  # lpdl preflight refuses it, in one line
+        return {"runtime": 10}
+    return preflight_resources(planner, found, timeout_s=opts.get("timeout", SHAPE_TIMEOUT_S),
+                               max_minutes=cfg["max_runtime"])
+
+
+def cli_args(cfg: Mapping) -> list[str]:
+    """The `lpdl preflight` options the config's `preflight:` mapping sets."""
+    opts = cfg.get("preflight") or {}
+    return ([f"--{k}={opts[k]}" for k in ("steps", "warmup", "timeout") if k in opts]
+            + [f"--shape={t}" for t in opts.get("shapes") or ()])
 
 
 def measure_shape(shape: Shape, cell: Cell, *, cfg: Mapping, root: str, steps: int, warmup: int,
@@ -153,13 +182,21 @@ def measured_times(base: StepTimes, results: Mapping[Shape, Mapping], *, provena
             "preflight": {s.name: dict(m) for s, m in results.items()}}
 
 
+def _provenance(results: Mapping[Shape, Mapping], steps: int, warmup: int, stamp: str) -> str:
+    first = next(m for m in results.values() if "error" not in m)
+    return (f"lpdl preflight, {steps} step(s) after {warmup} per shape, on {first['device']} "
+            f"(torch {first['torch']}, {first['threads']} threads), {stamp}")
+
+
 def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root: str, planner,
                   steps: int = 3, warmup: int = 1, timeout: float = 900, mem_cap_mb: float | None = None,
-                  stamp: str = "", only: tuple[str, ...] = (),
-                  say: Callable[[str], None] = print) -> tuple[dict, dict]:
+                  stamp: str = "", only: tuple[str, ...] = (), say: Callable[[str], None] = print,
+                  save: Callable[[dict], None] | None = None) -> tuple[dict, dict]:
     """Measure every shape (with `only`: those whose name contains one of its texts); say one line
-    per shape (its verdict); return (step-times mapping, a summary {shape name: {"verdict", "why",
-    **measurements}}). ValueError when `only` matches no shape."""
+    per shape as it is measured and one per verdict at the end; `save` gets the step-times mapping
+    of what is measured so far after each shape (an interrupted preflight keeps it). Returns
+    (step-times mapping, a summary {shape name: {"verdict", "why", **measurements}}). ValueError
+    when `only` matches no shape."""
     found = shapes(cfg, cells)
     if only:
         names = [s.name for s in found]
@@ -175,11 +212,16 @@ def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root:
         if "error" in m:
             summary[shape.name] = {"verdict": "not measured", "why": [m["error"]]}
             say(f"  {shape.name}: not measured: {m['error']}")
+            continue
+        say(f"  {shape.name}: step {m['step_s']:.4f} s (first {m['first_step_s']:.1f} s), loader "
+            f"{m['loader_samples_per_s']:,.0f} samples/s, host peak {m['peak_rss_mb']:,.0f} MB"
+            + (f", device peak {m['device_peak_mb']:,.0f} MB" if "device_peak_mb" in m else ""))
+        if save is not None:
+            save(measured_times(base, results, provenance=_provenance(results, steps, warmup, stamp)))
     done = [m for m in results.values() if "error" not in m]
-    provenance = (f"lpdl preflight, {steps} step(s) after {warmup} per shape, on {done[0]['device']} "
-                  f"(torch {done[0]['torch']}, {done[0]['threads']} threads), {stamp}" if done else "")
     if not done:
         return {}, summary
+    provenance = _provenance(results, steps, warmup, stamp)
     times = StepTimes.from_mapping(measured_times(base, results, provenance=provenance))
     kind = step_kind(cfg["executor"], bool(cfg.get("compile")))
     pack_size = cfg.get("pack_size", 4) if cfg.get("cells_per_job") == "pack" else 1
@@ -194,8 +236,6 @@ def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root:
         why = verdict(m, mem_request_mb=mem, attempts_needed=request.attempts_needed, mem_cap_mb=mem_cap_mb)
         summary[shape.name] = {"verdict": "will not fit" if why else "fits", "why": why, "mem_request_mb": mem,
                                "attempts_needed": request.attempts_needed, **m}
-        say(f"  {shape.name}: {'WILL NOT FIT: ' + '; '.join(why) if why else 'fits'} (step {m['step_s']:.3f} s, "
-            f"loader {m['loader_samples_per_s']:,.0f} samples/s, host peak {m['peak_rss_mb']:,.0f} MB of "
-            f"{mem:,} MB asked" + (f", device peak {m['device_peak_mb']:,.0f} MB" if "device_peak_mb" in m else "")
-            + ")")
+        say(f"  {shape.name}: {'WILL NOT FIT: ' + '; '.join(why) if why else 'fits'} (host peak "
+            f"{m['peak_rss_mb']:,.0f} MB of {mem:,} MB asked, {request.attempts_needed} attempt(s) at max_runtime)")
     return measured_times(base, results, provenance=provenance), summary

@@ -98,13 +98,16 @@ class Planner:
         else:
             out = {"mem_mb": max(self.host_request_mb(c.model) for c in cells) + EXTRA_PROCESS_MB["paper"] * (n - 1),
                    "runtime": self.runtime(cells).minutes, "gpus": n}
-        gpus = out.pop("gpus")
-        out["gpu"] = 0 if self.gpu_request == "gres" else gpus
-        if self.gpu_request == "gres" and gpus:
-            out["gres"] = f"gpu:{gpus}"
+        out.update(self.gpu_resources(out.pop("gpus")))
         if n > 1:
             out.update(mpi="srun", tasks=n, **({"tasks_per_gpu": 1} if self.profile == "paper" else {}))
         return out
+
+    def gpu_resources(self, gpus: int) -> dict:
+        """How a job asks for `gpus` GPUs: gpu (sbatch --gpus=N), or gres gpu:N with gpu 0."""
+        if self.gpu_request == "gres":
+            return {"gpu": 0, **({"gres": f"gpu:{gpus}"} if gpus else {})}
+        return {"gpu": gpus}
 
     def host_request_mb(self, model: str) -> int:
         """A paper job's host memory by model: PAPER_MEM_MB, or HOST_MARGIN x the peak `lpdl

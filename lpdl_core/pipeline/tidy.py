@@ -32,7 +32,7 @@ from .targets import num_classes
 CELL_COLUMNS = tuple(f.name for f in fields(Cell)
                      if f.name not in ("paper_acc", "notes", "milestones", "seed", *NOT_COLUMNS))
 PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
-RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "seed", "status", "diverged_epoch", "epochs_done",
+RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "data", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
                "before_final_mean_acc", "before_final_avg_model_acc", "before_final_consensus_distance",
                "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "packed_with", "ran_on", "mapping",
@@ -77,6 +77,8 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
     return {
         "cell_id": cell.cell_id, **{k: getattr(cell, k) for k in CELL_COLUMNS},
         "paper": cell.paper_acc, "profile": profile, "seed": seed, "status": m.get("status", "ok"),
+        # the data it trained on: "real", or "rehearsal" (lpdl rehearsal-data: synthetic, never an accuracy)
+        "data": identity_of(m).get("data") or "real",
         "diverged_epoch": _diverged_epoch(m), "epochs_done": m.get("epochs_done"),
         "mean_acc": _finite(final.get("mean_acc")), "avg_model_acc": _finite(final.get("avg_model_acc")),
         "consensus_distance": _finite(final.get("consensus_distance")),
@@ -177,7 +179,7 @@ def write_frame(df: pd.DataFrame, path: str | Path, **kw) -> Path:
     return write_atomic(path, df.to_csv(index=kw.pop("index", False), lineterminator="\n", **kw))
 
 
-TEXT_COLUMNS = ("same_run_as", "mapping", "diverged_at", "ran_on", "git_sha", "problem", "run_key",
+TEXT_COLUMNS = ("data", "same_run_as", "mapping", "diverged_at", "ran_on", "git_sha", "problem", "run_key",
                 "metrics_sha256")
 
 
