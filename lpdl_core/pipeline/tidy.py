@@ -39,6 +39,7 @@ RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "data", "seed", "st
                "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE,
                "problem", "run_key", "metrics_sha256")
 RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv"
+REAL_DATA = "real"   # runs.csv's `data` for a run on the real data (else the identity's, e.g. "rehearsal")
 
 
 def run_dir(results_dir: str | Path, cell_id: str, seed: int) -> Path:
@@ -78,7 +79,7 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         "cell_id": cell.cell_id, **{k: getattr(cell, k) for k in CELL_COLUMNS},
         "paper": cell.paper_acc, "profile": profile, "seed": seed, "status": m.get("status", "ok"),
         # the data it trained on: "real", or "rehearsal" (lpdl rehearsal-data: synthetic, never an accuracy)
-        "data": identity_of(m).get("data") or "real",
+        "data": identity_of(m).get("data") or REAL_DATA,
         "diverged_epoch": _diverged_epoch(m), "epochs_done": m.get("epochs_done"),
         "mean_acc": _finite(final.get("mean_acc")), "avg_model_acc": _finite(final.get("avg_model_acc")),
         "consensus_distance": _finite(final.get("consensus_distance")),

@@ -14,8 +14,8 @@ import pandas as pd
 
 from ..config import Fidelity
 from ..pipeline import mini
+from ..pipeline.tidy import REAL_DATA
 from .data import not_learned_cells
-from ..rehearsal_mark import REHEARSAL
 from .model import LEARNED_MARGIN, Header, ReportData
 
 def mini_protocol(runs: pd.DataFrame) -> str:
@@ -155,7 +155,7 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
                                f"diverged, {statuses.get('damaged', 0) + statuses.get('partly-damaged', 0)} "
                                f"with a damaged run, {statuses.get('missing', 0)} missing)"),
         ("seeds", ", ".join(map(str, seeds)) or "none"),
-        ("data", _counted(runs["data"]) if "data" in runs else "real"),
+        ("data", _counted(runs["data"]) if "data" in runs else REAL_DATA),
         ("runs", f"{len(runs)}" + (f" ({len(runs) - len(computed)} recorded as the same run as "
                                    f"another cell, computed once)" if len(computed) < len(runs) else "")),
         ("shared runs", f"{len(shared)} cells share a run with another cell (computed once, marked "
@@ -183,7 +183,7 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
         warnings.append(f"{len(damaged)} cells have a run whose files cannot be used, shown as damaged with no "
                         f"number from it (`lpdl status` lists them); the first, {first['cell_id']}: "
                         f"{str(first.get('problem') or '').split(' | ')[0]}")
-    rehearsed = int((runs["data"] == REHEARSAL).sum()) if "data" in runs else 0
+    rehearsed = int((~runs["data"].fillna("").isin(("", REAL_DATA))).sum()) if "data" in runs else 0
     if rehearsed:
         warnings.append(f"{rehearsed} of {len(runs)} runs trained on rehearsal data (`lpdl rehearsal-data`: "
                         f"synthetic images and sentences in the real formats, and for text a DistilBERT with "
