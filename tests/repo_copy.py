@@ -49,3 +49,24 @@ def small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | No
             w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
             w.writeheader()
             w.writerows(rows)
+
+
+def snakemake_on_rehearsal(repo: Path, data: Path, *config: str, targets: tuple[str, ...] = (),
+                           timeout: float = 1200):
+    """The venv's snakemake in `repo` with the paper profile on Table 3 of the paper dir `small`,
+    over a scaled-down rehearsal CIFAR-10 written to `data` first (compile off); `config` adds
+    --config pairs. Returns the CompletedProcess."""
+    import os
+    import subprocess
+    import sys
+
+    from lpdl_core.cli import main
+
+    assert main(["-q", "rehearsal-data", "--out", str(data), "--scale", "0.005", "--dataset", "cifar10"]) == 0
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([str(bin_dir / "snakemake"), "-c2", "--configfile", "config/paper.yaml", "--config",
+                           "paper_dir=small", "tables=[table3]", f"data_root={data}", "compile=false", *config,
+                           *(("--", *targets) if targets else ())],
+                          cwd=repo, env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)

@@ -2,7 +2,6 @@
 exactly what was measured. The end-to-end run (child processes, real loader on rehearsal data,
 the real simulator) is slow; the rest is torch-free."""
 
-from pathlib import Path
 
 import pytest
 import yaml
@@ -137,23 +136,12 @@ def test_snakemake_preflight_is_one_job_that_writes_the_step_times_and_the_verdi
     first, then one job runs lpdl preflight over the config's plan (here one Table 3 shape on
     rehearsal data, on this CPU) with the config's `preflight:` options; its outputs are the
     step-times file, one verdict line per shape (also printed) and the config it measured."""
-    import os
-    import subprocess
-    import sys
-
-    from lpdl_core.cli import main
-    from repo_copy import copy_repo, small_paper_dir
+    from repo_copy import copy_repo, small_paper_dir, snakemake_on_rehearsal
 
     repo = copy_repo(tmp_path / "repo")
     small_paper_dir(repo / "small", n=1, table="table3")
-    assert main(["-q", "rehearsal-data", "--out", str(tmp_path / "data"), "--scale", "0.005",
-                 "--dataset", "cifar10"]) == 0
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    p = subprocess.run([str(bin_dir / "snakemake"), "-c2", "--configfile", "config/paper.yaml", "--config",
-                        "paper_dir=small", "tables=[table3]", f"data_root={tmp_path / 'data'}", "compile=false",
-                        "preflight={steps: 1, warmup: 1, shapes: [resnet20/]}", "--", "preflight"],
-                       cwd=repo, env=env, capture_output=True, text=True, timeout=1200, stdin=subprocess.DEVNULL)
+    p = snakemake_on_rehearsal(repo, tmp_path / "data", "preflight={steps: 1, warmup: 1, shapes: [resnet20/]}",
+                               targets=("preflight",))
     assert p.returncode == 0, p.stderr[-3000:]
     out = repo / "results/paper/preflight"
     verdicts = (out / "verdicts.txt").read_text().splitlines()

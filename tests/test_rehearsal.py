@@ -154,11 +154,8 @@ def test_the_paper_profile_trains_a_cell_on_rehearsal_data_through_snakemake(tmp
     the unchanged loader, the run says `data: rehearsal` in its identity, and aggregate and the
     report follow. One Table 3 cell, cut to 1 epoch in the cells CSV (the machinery is under test)."""
     import csv
-    import os
-    import subprocess
-    import sys
 
-    from repo_copy import copy_repo, small_paper_dir
+    from repo_copy import copy_repo, small_paper_dir, snakemake_on_rehearsal
 
     repo = copy_repo(tmp_path / "repo")
     small_paper_dir(repo / "small", n=1, table="table3")
@@ -169,14 +166,7 @@ def test_the_paper_profile_trains_a_cell_on_rehearsal_data_through_snakemake(tmp
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    assert main(["-q", "rehearsal-data", "--out", str(tmp_path / "data"), "--scale", "0.005",
-                 "--dataset", "cifar10"]) == 0
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    p = subprocess.run([str(bin_dir / "snakemake"), "-c2", "--configfile", "config/paper.yaml", "--config",
-                        "paper_dir=small", "tables=[table3]", f"data_root={tmp_path / 'data'}", "compile=false",
-                        "threads_per_job=2"], cwd=repo, env=env, capture_output=True, text=True, timeout=1200,
-                       stdin=subprocess.DEVNULL)
+    p = snakemake_on_rehearsal(repo, tmp_path / "data", "threads_per_job=2")
     assert p.returncode == 0, p.stderr[-3000:]
     cell = load_cells(repo / "small", tables=["table3"])[0].cell_id
     m = json.loads((repo / f"results/paper/runs/{cell}/seed1234/metrics.json").read_text())

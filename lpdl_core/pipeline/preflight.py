@@ -90,11 +90,16 @@ def preflight_resources(planner, found: Mapping[Shape, list], *, timeout_s: floa
             **planner.gpu_resources(1)}
 
 
+def selected(found: Mapping[Shape, list], only: Iterable[str] = ()) -> dict[Shape, list]:
+    """The shapes whose name contains one of the texts `only` (all when it is empty)."""
+    only = tuple(only)
+    return {s: jobs for s, jobs in found.items() if not only or any(t in s.name for t in only)}
+
+
 def rule_resources(cfg: Mapping, cells: Iterable[Cell], planner) -> dict:
     """The workflow's preflight rule's resources for this config (its `preflight:` options)."""
     opts = cfg.get("preflight") or {}
-    wanted = opts.get("shapes") or ()
-    found = {s: j for s, j in shapes(cfg, cells).items() if not wanted or any(t in s.name for t in wanted)}
+    found = selected(shapes(cfg, cells), opts.get("shapes") or ())
     if cfg["profile"] != "paper" or not found:  # lpdl preflight refuses it, in one line
         return {"runtime": 10}
     return preflight_resources(planner, found, timeout_s=opts.get("timeout", SHAPE_TIMEOUT_S),
@@ -189,7 +194,7 @@ def _provenance(results: Mapping[Shape, Mapping], steps: int, warmup: int, stamp
 
 
 def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root: str, planner,
-                  steps: int = 3, warmup: int = 1, timeout: float = 900, mem_cap_mb: float | None = None,
+                  steps: int = 3, warmup: int = 1, timeout: float = SHAPE_TIMEOUT_S, mem_cap_mb: float | None = None,
                   stamp: str = "", only: tuple[str, ...] = (), say: Callable[[str], None] = print,
                   save: Callable[[dict], None] | None = None) -> tuple[dict, dict]:
     """Measure every shape (with `only`: those whose name contains one of its texts); say one line
@@ -197,13 +202,11 @@ def run_preflight(cfg: Mapping, cells: Iterable[Cell], base: StepTimes, *, root:
     of what is measured so far after each shape (an interrupted preflight keeps it). Returns
     (step-times mapping, a summary {shape name: {"verdict", "why", **measurements}}). ValueError
     when `only` matches no shape."""
-    found = shapes(cfg, cells)
-    if only:
-        names = [s.name for s in found]
-        found = {s: jobs for s, jobs in found.items() if any(t in s.name for t in only)}
-        if not found:
-            raise ValueError(f"no shape of the plan matches {' or '.join(map(repr, only))}; its shapes: "
-                             + "; ".join(names))
+    every = shapes(cfg, cells)
+    found = selected(every, only)
+    if not found:
+        raise ValueError(f"no shape of the plan matches {' or '.join(map(repr, only))}; its shapes: "
+                         + "; ".join(s.name for s in every))
     results, summary = {}, {}
     for k, (shape, jobs) in enumerate(found.items(), 1):
         say(f"preflight {k}/{len(found)}: {shape.name} ({len(jobs)} job(s)) ...")

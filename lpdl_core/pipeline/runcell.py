@@ -100,7 +100,7 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         optim = OptimCfg(**own["optim"])
         mapping = [*mapping, f"{cell.algorithm}: momentum {cell.momentum} -> {own['says'][cell.momentum]}"]
     seed = cell.seed if seed is None else seed
-    curve_k, hub = None, ()
+    curve_k, hub, pretrained = None, (), PRETRAINED_TEXT
     if profile == "paper":
         # official 0.1x warm-up epoch for CNNs
         sched = ScheduleCfg(kind=cell.lr_schedule, milestones=cell.milestones, warmup_epochs=0 if text else 1)
@@ -108,7 +108,8 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
         epochs, lr, batch = cell.epochs, cell.lr, cell.batch_per_node
         if text:
             local = text_checkpoint(cell.dataset, data_root)
-            dkw["tokenizer"], hub = (local, ()) if local else (PRETRAINED_TEXT, (PRETRAINED_TEXT,))
+            pretrained, hub = (local, ()) if local else (PRETRAINED_TEXT, (PRETRAINED_TEXT,))
+            dkw["tokenizer"] = pretrained
     else:
         m = mini_run(cell)
         dataset, dkw, model, epochs, lr, batch = (m.dataset, dict(m.dataset_kwargs), m.model, m.epochs, m.lr,
@@ -126,11 +127,12 @@ def plan_cell(cell: Cell, profile: str = "mini", *, seed: int | None = None,
     return Plan(cell_id=paper_id, profile=profile, dataset=dataset, dataset_kwargs=dkw, model=model,
                 topology=_topology(cell), gossip=gossip, optim=optim, run=run, fidelity=fidelity,
                 mapping=tuple(mapping), hub_models=hub,
-                make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity, data_root))
+                make_model=_model_factory(cell, profile, model, lp, qcfg, fidelity, pretrained))
 
 
 def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelity: Fidelity,
-                   data_root=None) -> Callable:
+                   pretrained: str = PRETRAINED_TEXT) -> Callable:
+    """pretrained: the paper text cells' checkpoint (the hub's, or a rehearsal root's stand-in)."""
     precision = cell.precision
     norm = None if cell.norm == "none" else cell.norm
     if norm == "range-evonorm-fp":  # the models hand `norm` to make_norm unread: the gate rides along
@@ -140,7 +142,6 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
         labels = DATASET_SPECS[cell.dataset].classes
         if profile == "paper":
             from ..models.transformer import SequenceClassifier, distilbert_classifier
-            pretrained = text_checkpoint(cell.dataset, data_root) or PRETRAINED_TEXT
             return lambda: SequenceClassifier(distilbert_classifier(labels, precision=precision, qcfg=qcfg,
                                                                     pretrained=pretrained))
         from ..models.mini import mini_distilbert
