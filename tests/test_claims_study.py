@@ -99,7 +99,7 @@ def test_the_claims_studys_report_has_verdicts_by_length_and_the_figure(tmp_path
     from lpdl_core.pipeline.aggregate import summarize
 
     grid_runs().to_csv(d / "runs.csv", index=False)
-    summarize(grid_runs(), GRID.cells, "mini").to_csv(d / "tables/claims.csv", index=False)
+    summarize(grid_runs(), GRID.cells, "mini", grid=True).to_csv(d / "tables/claims.csv", index=False)
     (d / "grid.json").write_text(json.dumps(spec_dict(GRID)))
     r = build_report(None, tmp_path / "rep", grid_dirs=[d], pdf=False, log=lambda s: None)
     assert [c.number for c in r["claims"]] == [1, 2, 3, 4, 5]

@@ -25,12 +25,14 @@ from typing import Iterable
 import pandas as pd
 
 from ..config import LEARNED_MARGIN
-from .cell import Cell
+from .cell import Cell, columns
 from .shapes import SHAPES
 from .tidy import CURVES_FILE, RUNS_FILE, read_runs, write_frame
 
-AXES = ("table", "block", "cell_id", "dataset", "model", "nodes", "topology", "compression", "eta", "skew",
-        "algorithm", "precision", "momentum", "norm", "optimizer", "lr", "epochs", "batch_per_node")
+# a table row's cell columns (Cell's "table" columns, the id after the block); an extension grid's table
+# also has the columns a grid may vary that the paper's tables leave out (its "grid-table" columns)
+AXES = (*columns("table")[:2], "cell_id", *columns("table")[2:])
+GRID_AXES = (*AXES, *columns("grid-table"))
 SUMMARY = ("profile", "seeds", "runs", "status", "reproduced", "reproduced_std", "avg_model", "avg_model_std",
            "paper", "delta", "consensus_distance", "mb_per_node", "wall_time_s", "diverged_at", "chance",
            "learned", "same_run_as", "mapping", "problem")
@@ -64,11 +66,20 @@ def _cell_summary(g: pd.DataFrame) -> pd.Series:
     })
 
 
-def summarize(runs: pd.DataFrame, cells: Iterable[Cell], profile: str) -> pd.DataFrame:
-    """One row per cell (paper order), every cell present: missing ones with status 'missing'."""
-    cells = list(cells)
-    base = pd.DataFrame([{**{k: (c.cell_id if k == "cell_id" else getattr(c, k)) for k in AXES},
-                          "paper": c.paper_acc} for c in cells], columns=[*AXES, "paper"])
+def _axis_value(cell: Cell, column: str):
+    """A table row's value of one of its cell's columns: milestones as in a cell CSV (30;60)."""
+    if column == "cell_id":
+        return cell.cell_id
+    value = getattr(cell, column)
+    return ";".join(str(m) for m in value) if column == "milestones" else value
+
+
+def summarize(runs: pd.DataFrame, cells: Iterable[Cell], profile: str, *, grid: bool = False) -> pd.DataFrame:
+    """One row per cell (paper order), every cell present: missing ones with status 'missing'.
+    grid: the cells are an extension grid's (its table has GRID_AXES)."""
+    cells, axes = list(cells), GRID_AXES if grid else AXES
+    base = pd.DataFrame([{**{k: _axis_value(c, k) for k in axes},
+                          "paper": c.paper_acc} for c in cells], columns=[*axes, "paper"])
     if len(runs):
         per = runs.groupby("cell_id", sort=False)[list(runs.columns)].apply(_cell_summary).reset_index()
     else:
@@ -86,7 +97,7 @@ def summarize(runs: pd.DataFrame, cells: Iterable[Cell], profile: str) -> pd.Dat
     out["learned"] = learned.astype("boolean").where(out["reproduced"].notna() & out["chance"].notna())
     for col in ("diverged_at", "same_run_as", "mapping", "problem"):
         out[col] = out[col].astype(object).fillna("")
-    out = out[[*AXES, *SUMMARY]].round(DECIMALS)
+    out = out[[*axes, *SUMMARY]].round(DECIMALS)
     out["consensus_distance"] = out["consensus_distance"].map(lambda x: float(f"{x:.4g}"), na_action="ignore")
     return out
 
@@ -123,7 +134,7 @@ def write_aggregate(results_dir: str | Path, cells: Iterable[Cell], *, profile: 
     runs, curves = read_runs(cells, results_dir, profile=profile, seeds=seeds, fidelity=fidelity, warn=warn)
     written = {"runs": write_frame(runs, results_dir / RUNS_FILE),
                "curves": write_frame(curves, results_dir / CURVES_FILE)}
-    summary = summarize(runs, cells, profile)
+    summary = summarize(runs, cells, profile, grid=not paper_shape)
     for table in dict.fromkeys(c.table for c in cells):
         rows = summary[summary["table"] == table]
         written[table] = write_frame(rows, results_dir / "tables" / f"{table}.csv")

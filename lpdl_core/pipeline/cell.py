@@ -29,6 +29,8 @@ from ..config import (
     UNCOMPRESSED_ALGORITHMS,
 )
 from ..errors import ConfigError
+from . import column_roles
+from .column_roles import column
 
 CELL_MOMENTA = ("nesterov", "qgm", "none")   # the paper's: local Nesterov SGD, QGM, or Adam's own
 NLP_MODELS = TEXT_MODELS
@@ -61,7 +63,6 @@ GRID_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # the paper's ids begin t<k>- or fig<k>-: no grid may be named so (its ids would be the paper's)
 PAPER_ID_PREFIX = re.compile(r"(t|table|fig)\d*")
 ID_SUFFIX = re.compile(r"(?:-[a-z0-9.]+)+")
-NOT_COLUMNS = ("id_suffix",)  # Cell fields that are no table column
 
 
 def is_grid_name(name: str) -> bool:
@@ -70,35 +71,50 @@ def is_grid_name(name: str) -> bool:
     return bool(GRID_NAME.fullmatch(name)) and not PAPER_ID_PREFIX.fullmatch(name.split("-")[0])
 
 
+# the roles of each column (lpdl_core.pipeline.column_roles.ROLES): which lists of columns it is in
+_SETTING = ("identity", "mini", "settable", "setting")          # a mini run's setting of the claims study
+_AXIS = ("csv", "table", "runs", "compare")                     # a paper column and a table axis
+
+
 @dataclass(frozen=True, kw_only=True)
 class Cell:
-    table: str
-    block: str
-    dataset: str
-    model: str
-    nodes: int
-    topology: str
-    compression: int          # percent of each tensor dropped by top-k (0 = dense)
-    eta: float                # averaging rate (consensus step)
-    skew: float
-    algorithm: str
-    precision: str            # fp32 | int8
-    momentum: str
-    norm: str
-    optimizer: str
-    lr: float
-    lr_schedule: str
-    milestones: tuple[int, ...] = ()
-    epochs: int
-    batch_per_node: int
-    final_gossip_rounds: int
-    seed: int
-    paper_acc: float | None = None
-    notes: str = ""
+    table: str = column("csv", "identity", "table", "runs", "pairing")
+    block: str = column("csv", "identity", "table", "runs")
+    dataset: str = column(*_AXIS, *_SETTING, "pack", "pairing")
+    model: str = column(*_AXIS, *_SETTING, "pack", "pairing")
+    nodes: int = column(*_AXIS, *_SETTING, "pack", "pairing", kind="int")
+    topology: str = column(*_AXIS, *_SETTING, "pairing")
+    # percent of each tensor dropped by top-k (0 = dense)
+    compression: int = column(*_AXIS, *_SETTING, "pairing", kind="int")
+    eta: float = column(*_AXIS, *_SETTING, kind="float", id_code="eta")   # averaging rate (consensus step)
+    skew: float = column(*_AXIS, *_SETTING, "pairing", kind="float")
+    # not "mini": a mini run reads the algorithm's gossip kind (lpdl_core.pipeline.mini.gossip_kind)
+    algorithm: str = column(*_AXIS, "identity", "settable", "setting", "pack", "pairing")
+    precision: str = column(*_AXIS, *_SETTING, "pack", "pairing")   # fp32 | int8
+    momentum: str = column(*_AXIS, *_SETTING, "pack", "pairing")
+    # not "setting" nor "pairing": FP runs use EvoNorm, LP ones Range EvoNorm (the paper's pairs)
+    norm: str = column(*_AXIS, "identity", "mini", "settable", "pack")
+    optimizer: str = column("csv", "table", "runs", *_SETTING, "pack", "pairing")
+    lr: float = column("csv", "table", "runs", *_SETTING, "pack", "pairing", kind="float", id_code="lr")
+    lr_schedule: str = column("csv", "grid-table", "runs", "identity", "settable", "pack")
+    milestones: tuple[int, ...] = column("csv", "grid-table", "identity", "settable", "pack", kind="ints",
+                                         default=(), id_code="ms")
+    epochs: int = column("csv", "table", "runs", "identity", "settable", "pack", "pairing", kind="int",
+                         id_code="ep")
+    batch_per_node: int = column("csv", "table", "runs", *_SETTING, "pack", kind="int", id_code="b")
+    final_gossip_rounds: int = column("csv", "grid-table", "runs", *_SETTING, "pack", kind="int", id_code="fr")
+    seed: int = column("csv", "settable", kind="int",
+                       not_axis="a grid's runs take the config's seeds (`seeds`), not a column's")
+    paper_acc: float | None = column("csv", kind="float?", default=None)
+    notes: str = column("csv", default="")
     # the open grid's columns, beyond the paper's (optional in a CSV; their defaults are the paper's)
-    compressor: str = "topk"  # topk | randomk (both drop `compression` %) | qsgd:<level> | minmax8:<bits> | identity
-    partition: str = "skew"   # skew (the paper's, by the skew column) | dirichlet:<alpha>
-    mini_epochs: int = 0      # epochs of the cell's mini run; 0: the mini profile's own (lpdl_core.pipeline.mini)
+    # topk | randomk (both drop `compression` %) | qsgd:<level> | minmax8:<bits> | identity
+    compressor: str = column("optional", "grid-table", "runs", *_SETTING, "pack", default="topk")
+    # skew (the paper's, by the skew column) | dirichlet:<alpha>
+    partition: str = column("optional", "grid-table", "runs", *_SETTING, default="skew")
+    # epochs of the cell's mini run; 0: the mini profile's own (lpdl_core.pipeline.mini)
+    mini_epochs: int = column("optional", "grid-table", "runs", "identity", "settable", "pack", kind="int",
+                              default=0, id_code="len", not_axis="give a length ladder as `lengths: [...]`")
     # not a column: what a grid adds to the id where two of its cells would share one (the columns
     # they differ in, e.g. "-len12"; lpdl_core.pipeline.grids). Not part of the run identity's
     # columns: the id, which holds it, is.
@@ -249,3 +265,16 @@ class Cell:
         """s<skew> for the paper's partition, dir<alpha> for a Dirichlet one."""
         alpha = self.dirichlet_alpha
         return f"s{self.skew:g}" if alpha is None else f"dir{alpha:g}"
+
+
+def columns(role: str) -> tuple[str, ...]:
+    """Cell's columns with `role` (lpdl_core.pipeline.column_roles.ROLES), in field order."""
+    return column_roles.columns(Cell, role)
+
+
+def parse_column(name: str, text: str):
+    """The value of Cell's column `name` from its text in a CSV or grid spec (ValueError when malformed)."""
+    return column_roles.parse(Cell, name, text)
+
+
+NOT_COLUMNS = column_roles.not_columns(Cell)   # Cell fields that are no table column (id_suffix)

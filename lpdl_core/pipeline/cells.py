@@ -11,48 +11,23 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import math
-from dataclasses import fields
 from pathlib import Path
 
 from ..bounded import MAX_CSV_BYTES
 from ..config import PACKAGE_DIR, TABLES
 from ..errors import ConfigError
-from .cell import NOT_COLUMNS, Cell, CellError
+from . import column_roles
+from .cell import Cell, CellError, columns, parse_column
 
 # rows per artifact in the paper (fig1: one run per normalization layer compared)
 expected_counts = {"table1": 14, "table2": 128, "table3": 16, "table4": 16, "table5": 48, "fig1": 4}
 assert tuple(expected_counts) == TABLES
 
-_INT = {"nodes", "compression", "epochs", "batch_per_node", "final_gossip_rounds", "seed", "mini_epochs"}
-_FLOAT = {"eta", "skew", "lr"}
 # the open grid's columns: optional in a CSV, after the paper's COLUMNS, defaults the paper's
-EXTENSION_COLUMNS = ("compressor", "partition", "mini_epochs")
-COLUMNS = tuple(f.name for f in fields(Cell)
-                if f.name not in EXTENSION_COLUMNS + NOT_COLUMNS)  # every paper CSV's header
+EXTENSION_COLUMNS = columns("optional")
+COLUMNS = columns("csv")  # every paper CSV's header
 # their defaults: a run identity leaves a column out at its default, so the paper's runs keep theirs
-EXTENSION_DEFAULTS = {f.name: f.default for f in fields(Cell) if f.name in EXTENSION_COLUMNS}
-
-
-def _convert(col: str, text: str):
-    text = text.strip()
-    if col in _INT:
-        return int(text)
-    if col in _FLOAT:
-        v = float(text)
-        if not math.isfinite(v):
-            raise ValueError("not a finite number")
-        return v
-    if col == "milestones":
-        return tuple(int(m) for m in text.split(";")) if text else ()
-    if col == "paper_acc":
-        if not text:
-            return None
-        v = float(text)
-        if not math.isfinite(v):
-            raise ValueError("not a finite number")
-        return v
-    return text
+EXTENSION_DEFAULTS = column_roles.defaults(Cell, "optional")
 
 
 # the paper's cells, packaged with the library (package data: found wherever lpdl is installed)
@@ -95,19 +70,19 @@ def load_cells(paper_dir: str | Path | None = None, tables=None) -> list[Cell]:
             if header[:len(COLUMNS)] != COLUMNS or list(extra) != [c for c in EXTENSION_COLUMNS if c in extra]:
                 raise ConfigError(f"{path}:1: header: must be exactly {','.join(COLUMNS)} (then, optionally, "
                                   f"any of {','.join(EXTENSION_COLUMNS)} in that order)")
-            columns = header
+            present = header
             after_header, rows = reader.line_num + 1, 0
             for row in reader:
                 rows += 1
                 where = f"{path}:{reader.line_num}"
                 if None in row:
-                    raise ConfigError(f"{where}: (row): more fields than the {len(columns)} columns")
+                    raise ConfigError(f"{where}: (row): more fields than the {len(present)} columns")
                 kwargs = {}
-                for col in columns:
+                for col in present:
                     if row[col] is None:
-                        raise ConfigError(f"{where}: {col}: missing (fewer fields than the {len(columns)} columns)")
+                        raise ConfigError(f"{where}: {col}: missing (fewer fields than the {len(present)} columns)")
                     try:
-                        kwargs[col] = _convert(col, row[col])
+                        kwargs[col] = parse_column(col, row[col])
                     except ValueError as e:
                         raise ConfigError(f"{where}: {col}: cannot parse {row[col]!r} ({e})") from None
                 if kwargs["table"] != table:

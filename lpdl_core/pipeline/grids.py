@@ -40,21 +40,18 @@ from typing import Any, Mapping
 
 from ..bounded import load_yaml
 from ..errors import ConfigError
-from .cell import NOT_COLUMNS, Cell, CellError, is_grid_name
-from .cells import _convert
+from . import column_roles
+from .cell import Cell, CellError, columns, is_grid_name, parse_column
 
 EXTENSIONS_DIR = Path("config") / "extensions"   # relative to the working directory (the workflow's)
-CELL_COLUMNS = {f.name for f in fields(Cell)} - set(NOT_COLUMNS)
-SETTABLE = CELL_COLUMNS - {"table", "block", "notes", "paper_acc"}  # the grid's name fills the rest
-NOT_AXES = {"seed": "a grid's runs take the config's seeds (`seeds`), not a column's",
-            "mini_epochs": "give a length ladder as `lengths: [...]`"}
+CELL_COLUMNS = set(columns("csv") + columns("optional"))
+SETTABLE = set(columns("settable"))  # the grid's name fills the rest
+# why a settable column is no axis (Cell's metadata)
+NOT_AXES = {c: column_roles.meta(Cell, c, "not_axis") for c in SETTABLE if column_roles.meta(Cell, c, "not_axis")}
 SPEC_KEYS = {"description", "fixed", "axes", "derive", "exclude", "lengths", "claims"}
 LENGTH_AXIS = "length"   # the axis `lengths` makes: its labels are mini epochs
 MAX_GRID_CELLS = 10_000  # combinations of a grid's axes (the paper has 226 cells; a cell trains minutes)
 MAX_LENGTH = 1000        # mini epochs of one rung (the paper's protocol is 200)
-# how a grid id names a column it must name (`_name_columns`): prefix of the value; "" for names
-ID_CODES = {"eta": "eta", "lr": "lr", "epochs": "ep", "batch_per_node": "b", "final_gossip_rounds": "fr",
-            "mini_epochs": "len", "milestones": "ms"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,7 +213,7 @@ def _id_value(col: str, value: Any) -> str:
         text = "-".join(str(v) for v in value)
     else:
         text = f"{value:g}" if isinstance(value, float) else str(value)
-    return ID_CODES.get(col, "") + text
+    return column_roles.meta(Cell, col, "id_code") + text
 
 
 def _name_columns(path: Path, made: list[tuple[Cell, str, dict]], always: tuple[str, ...] = ()) -> list[Cell]:
@@ -229,9 +226,9 @@ def _name_columns(path: Path, made: list[tuple[Cell, str, dict]], always: tuple[
     for k, (cell, _, _) in enumerate(made):
         groups.setdefault(cell.cell_id, []).append(k)
     cells = [cell for cell, _, _ in made]
-    columns = [f.name for f in fields(Cell) if f.name in SETTABLE]
+    settable = columns("settable")
     for members in (m for m in groups.values() if len(m) > 1 or always):
-        differ = [col for col in columns if len({getattr(cells[k], col) for k in members}) > 1 or col in always]
+        differ = [col for col in settable if len({getattr(cells[k], col) for k in members}) > 1 or col in always]
         if not differ:
             a, b = (made[k][1] for k in members[:2])
             raise ConfigError(f"{path}: cells {a} and {b} are the same cell {cells[members[0]].cell_id} "
@@ -255,7 +252,7 @@ def _cell(path: Path, where: str, cols: Mapping) -> Cell:
     kwargs = {}
     for col, value in cols.items():
         try:
-            kwargs[col] = _convert(col, "" if value is None else str(value)) if col != "table" else value
+            kwargs[col] = parse_column(col, "" if value is None else str(value)) if col != "table" else value
         except ValueError as e:
             raise ConfigError(f"{path}: {where}: {col}: cannot parse {value!r} ({e})") from None
     try:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from ..config import CELLS_PER_JOB
+from .cell import columns
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,9 @@ class Job:
         return "train_" + re.sub(r"[^0-9a-zA-Z]+", "_", self.name).strip("_")
 
 
-# the cell columns that the cells of a pack share (lpdl_core.training.pack.pack_conflict checks the
-# resolved plans); they may differ in seed, skew, graph, compression and eta
-PACK_COLUMNS = ("dataset", "model", "nodes", "algorithm", "compressor", "precision", "momentum", "norm",
-                "optimizer", "lr", "lr_schedule", "milestones", "epochs", "batch_per_node", "final_gossip_rounds",
-                "mini_epochs")
+# the cell columns that the cells of a pack share, Cell's "pack" columns (lpdl_core.training.pack.pack_conflict
+# checks the resolved plans); they may differ in seed, skew, partition, graph, compression and eta
+PACK_COLUMNS = columns("pack")
 
 
 def pack_key(cell) -> tuple:

@@ -32,8 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
-from .cell import SPARSIFIERS
-from .cells import EXTENSION_COLUMNS
+from .cell import SPARSIFIERS, columns
 
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
@@ -160,12 +159,10 @@ def gossip_kind(cell) -> str:
 
 
 # Every column a mini run depends on besides the algorithm (gossip_kind), the seed and its length
-# (epochs_of: mini_epochs, 0 meaning the protocol's); the others (table, block, notes, paper_acc,
-# epochs, lr_schedule, milestones, seed) it does not read (a test holds this list and Cell's
-# columns together).
-RUN_AXES = ("dataset", "model", "nodes", "topology", "compression", "eta", "skew", "precision", "momentum",
-            "norm", "optimizer", "lr", "batch_per_node", "final_gossip_rounds") + tuple(
-    c for c in EXTENSION_COLUMNS if c != "mini_epochs")
+# (epochs_of: mini_epochs, 0 meaning the protocol's): Cell's "mini" columns; the others (table,
+# block, notes, paper_acc, epochs, lr_schedule, milestones, seed) it does not read (a test holds
+# this list and Cell's columns together).
+RUN_AXES = columns("mini")
 
 
 def run_key(cell, seed: int) -> tuple:

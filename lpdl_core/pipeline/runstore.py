@@ -24,21 +24,23 @@ import json
 import math
 import os
 import shutil
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping
 
 from ..config import Fidelity
 from ..decentral.partition import DIRICHLET_EPOCH
+from .cell import Cell, columns
 from .cells import EXTENSION_DEFAULTS
 from .mini import protocol
 from .own_momentum import identity_part
 from ..errors import ConfigError, CorruptFile, RunMismatch
 from .results import code_sha256
 
-# Cell fields that do not change what a run computes (a grid's id suffix is in the id itself).
-NOT_IDENTITY = ("paper_acc", "notes", "seed", "id_suffix")
+# Cell fields that do not change what a run computes, those without the "identity" role: paper_acc,
+# notes, seed (the identity's own key) and id_suffix (a grid's id suffix is in the id itself).
+NOT_IDENTITY = tuple(f.name for f in fields(Cell) if f.name not in columns("identity"))
 ARTIFACTS = ("metrics.json", "curve.csv", "partition.csv")
 KEPT = ".kept"
 

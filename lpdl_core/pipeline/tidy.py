@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -24,13 +24,12 @@ import pandas as pd
 
 from ..config import FIDELITY_CHOICES, Fidelity, fidelity_mode
 from ..errors import CorruptFile, RunMismatch
-from .cell import NOT_COLUMNS, Cell
+from .cell import Cell, columns
 from .results import CURVE_COLUMNS
 from .runstore import ANY_DATA, identity_of, read_run_metrics, run_identity, run_key
 from .targets import num_classes
 
-CELL_COLUMNS = tuple(f.name for f in fields(Cell)
-                     if f.name not in ("paper_acc", "notes", "milestones", "seed", *NOT_COLUMNS))
+CELL_COLUMNS = columns("runs")
 PROVENANCE = ("git_sha", "git_dirty", "python", "torch", "device_name")
 RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "data", "seed", "status", "diverged_epoch", "epochs_done",
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",

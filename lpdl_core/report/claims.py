@@ -40,6 +40,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
+from ..pipeline.cell import columns
 from .effects import learned
 from .model import Claim, ReportData
 from .trend import ONE_LENGTH, Point, claim_verdict, on_side
@@ -47,9 +48,9 @@ from .trend import ONE_LENGTH, Point, claim_verdict, on_side
 MIN_PAIRS = 2
 DECENTRALIZED = ("table2", "table3", "table4", "table5")
 # what a run's settings are for pairing: every cell column that changes the run, but the norm
-# (FP runs use EvoNorm, LP ones Range EvoNorm: the paper's pairs) and the length (a point each)
-SETTINGS = ("dataset", "model", "nodes", "topology", "compression", "compressor", "eta", "skew", "partition",
-            "algorithm", "precision", "momentum", "optimizer", "lr", "batch_per_node", "final_gossip_rounds")
+# (FP runs use EvoNorm, LP ones Range EvoNorm: the paper's pairs) and the length (a point each):
+# Cell's "setting" columns
+SETTINGS = columns("setting")
 LENGTH_DEPENDENT = (1, 2, 5)
 ONE_LENGTH_VERDICT = "not judged at one length"
 REPRODUCE_CLAIMS = "make reproduce-claims"

@@ -29,12 +29,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
+from ..pipeline.cell import columns
 from .model import LEARNED_MARGIN
 
 SIGN_EPS = 0.05        # |effect| below this (points) has no sign
 EFFECT_VERDICTS = ("same sign", "opposite sign", "no sign", "within noise", "not learned", "missing")
-PAIRING = ("table", "dataset", "model", "topology", "nodes", "compression", "skew", "algorithm",
-           "precision", "momentum", "optimizer", "lr", "epochs")
+PAIRING = columns("pairing")   # what a pair of runs agrees on, but the effect's axis (Cell's metadata)
 
 
 @dataclass(frozen=True)

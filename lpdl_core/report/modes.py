@@ -30,14 +30,14 @@ import pandas as pd
 
 from ..config import FIDELITY_CHOICES, Fidelity
 from ..errors import ConfigError
+from ..pipeline.cell import columns
 
 MODES = ("paper", "official", "mixed", "unknown")
 MODE_LABELS = {"paper": "Paper text", "official": "Official code", "mixed": "Mixed fidelity",
                "unknown": "Unknown fidelity"}
 # which side goes left (`paper_text`) when the two differ: the paper's text first, official last
 _RANK = {"paper": 0, "mixed": 1, "unknown": 1, "official": 2}
-CELL_AXES = ("dataset", "model", "nodes", "topology", "compression", "eta", "skew", "algorithm",
-             "precision", "momentum", "norm")
+CELL_AXES = columns("compare")   # Cell's "compare" columns
 SIDES = ("paper_text", "official")
 COLUMNS = ("cell_id", "table", "block", *CELL_AXES, "paper_text", "official", "delta",
            "seeds_paper_text", "seeds_official", "status_paper_text", "status_official", "paper",
