@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .executor_specs import COMPILABLE_EXECUTORS, DEFAULT_EXECUTOR, IN_PROCESS_EXECUTORS, executor_spec
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    executor: str = "loop"
+    executor: str = DEFAULT_EXECUTOR
     compile: bool = False
     fused_quant: bool = False
     packed: bool = False          # cells_per_job: pack, or lpdl train --pack-size above 1
@@ -29,16 +31,17 @@ class Rule:
 
 
 RULES = (
-    Rule(lambda o: o.compile and o.executor != "batched",
-         lambda o: f"compile (--compile) needs executor batched, got executor {o.executor}"),
+    Rule(lambda o: o.compile and not executor_spec(o.executor).compilable,
+         lambda o: f"compile (--compile) needs executor {' or '.join(COMPILABLE_EXECUTORS)}, "
+                   f"got executor {o.executor}"),
     Rule(lambda o: o.compile and o.fused_quant,
          lambda o: "fused_quant (--fused-quant) and compile (--compile) are alternatives: compile fuses "
                    "the whole step"),
-    Rule(lambda o: o.packed and o.executor == "distributed",
-         lambda o: "packed cells (cells_per_job: pack, --pack-size above 1) need executor loop or batched: a "
-                   "pack runs in one process, got executor distributed"),
-    Rule(lambda o: o.fused_quant and o.executor == "batched" and o.rng_streams == "shared",
-         lambda o: "fused_quant (--fused-quant) with executor batched draws the 8-bit rounding noise per node, "
+    Rule(lambda o: o.packed and not executor_spec(o.executor).packable,
+         lambda o: f"packed cells (cells_per_job: pack, --pack-size above 1) need executor "
+                   f"{' or '.join(IN_PROCESS_EXECUTORS)}: a pack runs in one process, got executor {o.executor}"),
+    Rule(lambda o: o.fused_quant and executor_spec(o.executor).stacked and o.rng_streams == "shared",
+         lambda o: f"fused_quant (--fused-quant) with executor {o.executor} draws the 8-bit rounding noise per node, "
                    "and fidelity rng_streams shared (the official mode's) draws one stream for all nodes: "
                    "use executor loop, or leave fused_quant off"),
 )

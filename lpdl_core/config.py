@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
+# the executors (how a run's n nodes are computed; the same math), re-exported: lpdl_core.executor_specs
+from .executor_specs import DEFAULT_EXECUTOR, EXECUTORS, IN_PROCESS_EXECUTORS  # noqa: F401
 
 # ---- the vocabulary ----------------------------------------------------------------------------
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
@@ -80,9 +82,6 @@ COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")
-IN_PROCESS_EXECUTORS = ("loop", "batched")
-EXECUTORS = (*IN_PROCESS_EXECUTORS, "distributed")  # loop/batched: all n nodes in one process (same math);
-#   distributed: one process per node over torch.distributed (lpdl_core.decentral.engine.distributed)
 COMPILE_MODES = ("auto", "default", "reduce-overhead", "max-autotune")  # auto: CUDA graphs on CUDA
 DEVICES = ("auto", "cpu", "cuda")      # auto: CUDA when available
 CELLS_PER_JOB = ("block", "pack", "cell")  # block: a block's cells of one precision per process, one after

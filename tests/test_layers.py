@@ -7,7 +7,8 @@
     training    training/           one training run, benchmarks, cost model
     blocks      decentral/ models/ quant/ data/
     foundation  config, errors, atomic (the one file writer), bounded (bounded reading), compat (run
-                options that cannot go together), rehearsal_mark (a rehearsal data root), the package itself
+                options that cannot go together), executor_specs (what each executor can do),
+                rehearsal_mark (a rehearsal data root), the package itself
 
 Read from the source with ast (every import, lazy ones inside functions included), so a new
 module cannot add an upward arrow or a cycle without this test saying which."""
@@ -19,7 +20,7 @@ import lpdl_core
 ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
 TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "bounded": "foundation",
-       "compat": "foundation", "rehearsal_mark": "foundation", "decentral": "blocks",
+       "compat": "foundation", "executor_specs": "foundation", "rehearsal_mark": "foundation", "decentral": "blocks",
        "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",
        "__main__": "entry"}

@@ -31,6 +31,7 @@ from lpdl_core.decentral.compress import (
     message_bytes,
 )
 from lpdl_core.config import COMPRESSORS, IN_PROCESS_EXECUTORS as EXECUTORS
+from lpdl_core.errors import ConfigError
 from lpdl_core.decentral.engine import EngineCfg, Simulator
 from lpdl_core.decentral.engine import executors as executors_mod
 from lpdl_core.decentral.layout import Layout
@@ -295,13 +296,24 @@ def test_simulator_message_bytes_follow_declaration(name, comp):
 
 
 # ----------------------------------------------------------------------------- executors
-def test_executors_registry_agrees_with_config():
-    """The in-process executors are the registry's; the config adds the one-process-per-node one."""
+def test_executors_registry_agrees_with_the_specs():
+    """Each spec has its implementation and each implementation its spec: the in-process executors
+    are the registry's (the stacked one the vmapped class), the one-process-per-node one is the
+    distributed engine's; what a spec says it can do is what the engine does."""
+    from lpdl_core import executor_specs
     from lpdl_core.decentral.engine import distributed
 
     assert EXECUTORS == tuple(executors_mod.REGISTRY) == config.IN_PROCESS_EXECUTORS
-    assert config.EXECUTORS == EXECUTORS + (distributed.NAME,)
+    assert config.EXECUTORS == EXECUTORS + (distributed.NAME,) == tuple(executor_specs.SPECS)
+    assert executor_specs.PER_NODE_EXECUTOR == distributed.NAME
     assert all(cls.name == k for k, cls in executors_mod.REGISTRY.items())
+    for name, spec in executor_specs.SPECS.items():
+        assert spec.stacked == (executors_mod.REGISTRY.get(name) is executors_mod.BatchedExecutor), name
+        assert spec.packable == (name in executors_mod.REGISTRY) and spec.compilable == spec.stacked
+        assert spec.step_executor in executors_mod.REGISTRY   # what one node's step runs
+    assert config.DEFAULT_EXECUTOR in executors_mod.REGISTRY
+    with pytest.raises(ConfigError, match="executor must be one of loop, batched, distributed, got 'mpi'"):
+        executor_specs.executor_spec("mpi")
 
 
 @pytest.mark.parametrize("kind", EXECUTORS)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
+from ..executor_specs import executor_spec
 from .args import _count, _path, _real
 
 log = logging.getLogger("lpdl.cli")
@@ -91,7 +92,7 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
                           "preflight measures the paper profile's jobs (give --configfile config/paper.yaml)")
     base = StepTimes.load(root / cfg["step_times"])
     packed = cfg.get("cells_per_job") == "pack"
-    planner = Planner(profile="paper", distributed=cfg["executor"] == "distributed",
+    planner = Planner(profile="paper", distributed=executor_spec(cfg["executor"]).per_node_process,
                       gpu_request=cfg.get("gpu_request", "gpus"), step_times=base,
                       step_kind=step_kind(cfg["executor"], cfg.get("compile", False)), margin=cfg["runtime_margin"],
                       max_minutes=cfg["max_runtime"], pack_size=cfg.get("pack_size", 4) if packed else 1)

@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         CNN_MODELS,
         COMPILE_MODES,
         DEVICES,
+        DEFAULT_EXECUTOR,
         EXECUTORS,
         GRAPHS,
         IN_PROCESS_EXECUTORS,
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8, help="number of nodes")
     d.add_argument("--skew", type=_unit, default=0.8, help=skew)
     d.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
-    d.add_argument("--executor", choices=IN_PROCESS_EXECUTORS, default="loop",
+    d.add_argument("--executor", choices=IN_PROCESS_EXECUTORS, default=DEFAULT_EXECUTOR,
                    help="how the n nodes run in this process: loop (one node after another) or batched (vmap)")
     d.add_argument("--device", choices=DEVICES, default="auto", help=device)
     d.add_argument("--quiet", action="store_true", help="no progress bar (as lpdl -q)")
@@ -141,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", type=_count(1, MAX_BATCH), default=32, help="batch per node")
     b.add_argument("--steps", type=_count(1, 100000), default=10, help="timed steps")
     b.add_argument("--warmup", type=_count(0, 100000), default=2, help="untimed steps before them")
-    b.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    b.add_argument("--executor", choices=EXECUTORS, default=DEFAULT_EXECUTOR, help=executor)
     b.add_argument("--device", choices=DEVICES, default="auto", help=device)
     b.add_argument("--precisions", type=_choice_list(PRECISIONS), default=PRECISIONS, metavar="P[,P]",
                    help="comma-separated, of: " + ", ".join(PRECISIONS))
@@ -179,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "e.g. results/mini/runs/{cell}/seed1234) instead of training; absent there, it trains")
     tr.add_argument("--data-root", default=None, help="dataset folder (default: $LPDL_DATA or ./data)")
     tr.add_argument("--device", choices=DEVICES, default="auto", help=device)
-    tr.add_argument("--executor", choices=EXECUTORS, default="loop", help=executor)
+    tr.add_argument("--executor", choices=EXECUTORS, default=DEFAULT_EXECUTOR, help=executor)
     tr.add_argument("--compile", action="store_true",
                     help="run each training iteration as one torch.compile graph (needs --executor batched; "
                          "the first step compiles, minutes on a CPU)")

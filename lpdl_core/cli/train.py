@@ -7,6 +7,7 @@ import logging
 import sys
 
 from ..errors import LpdlError
+from ..executor_specs import executor_spec
 
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 
@@ -75,7 +76,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
         if not todo:
             return 0
     group = None
-    if a.executor == "distributed":
+    if executor_spec(a.executor).per_node_process:
         from ..pipeline.ranks import Group, die_with_torchrun
 
         if not in_group():

@@ -21,7 +21,8 @@ from typing import Iterable, Mapping
 
 from .cell import Cell
 from .jobs import plan_jobs
-from .runtime import StepTimes, job_runtime, startup_minutes
+from ..executor_specs import executor_spec
+from .runtime import StepTimes, executor_of, job_runtime, startup_minutes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,7 +95,8 @@ def price(cells: Iterable[Cell], times: StepTimes, *, executor: str, cells_per_j
         job_cells = [by_id[c] for c in job.cells]
         req = job_runtime(job_cells, times, executor=executor, margin=margin,
                           max_minutes=max_minutes, pack_size=pack)
-        gpus = job_processes(job_cells, distributed=executor.startswith("distributed"), name=job.name)
+        per_node = executor_spec(executor_of(executor)).per_node_process
+        gpus = job_processes(job_cells, distributed=per_node, name=job.name)
         seconds = job_seconds(job_cells, times, executor=executor, pack_size=pack)
         stacks = pack_stacks(job_cells, pack)
         for stack in stacks:

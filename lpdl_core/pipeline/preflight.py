@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Mapping
 
 from ..config import Fidelity
+from ..executor_specs import executor_spec
 from .cell import Cell
 from .jobs import pack_stacks, plan_jobs
 from .runtime import PACKED, StepTimes, job_runtime, step_kind
@@ -68,7 +69,7 @@ def shapes(cfg: Mapping, cells: Iterable[Cell]) -> dict[Shape, list[list[Cell]]]
     cells = list(cells)
     by_id = {c.cell_id: c for c in cells}
     per = cfg.get("cells_per_job")
-    packs = per == "pack" and cfg["executor"] != "distributed"
+    packs = per == "pack" and executor_spec(cfg["executor"]).packable
     out: dict[Shape, list[list[Cell]]] = {}
     for job in plan_jobs(cells, cfg["profile"], per):
         job_cells = [by_id[c] for c in job.cells]

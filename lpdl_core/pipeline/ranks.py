@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, TypeVar
 
 from ..config import DEFAULT_DIST_TIMEOUT_S
+from ..executor_specs import executor_spec
 from ..errors import LpdlError
 
 T = TypeVar("T")
@@ -187,7 +188,7 @@ class Group:
     def join(cls, executor: str, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> "Group":
         """The group of this run: joined once (env://) for the distributed executor; NCCL when the
         ranks train on CUDA (each on GPU LOCAL_RANK mod the GPUs it sees), gloo otherwise."""
-        if executor != "distributed":
+        if not executor_spec(executor).per_node_process:
             return cls()
         import torch
         import torch.distributed as dist

@@ -22,6 +22,7 @@ from typing import Iterable, Mapping
 
 from ..config import GPU_REQUESTS
 from ..errors import ConfigError
+from ..executor_specs import DEFAULT_EXECUTOR
 from .cell import Cell
 from .jobs import Job
 from .runtime import StepTimes, job_runtime
@@ -71,7 +72,7 @@ class Planner:
     distributed: bool = False
     gpu_request: str = "gpus"
     step_times: StepTimes | None = None   # the paper profile's
-    step_kind: str = "loop"               # runtime.step_kind(executor, compile)
+    step_kind: str = DEFAULT_EXECUTOR     # runtime.step_kind(executor, compile)
     margin: float = 1.5
     max_minutes: int = 2880
     pack_size: int = 1

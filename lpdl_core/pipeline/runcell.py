@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import DATASET_SPECS, PROFILES, Fidelity
+from ..executor_specs import DEFAULT_EXECUTOR
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg
@@ -158,7 +159,7 @@ def _model_factory(cell: Cell, profile: str, model: str, lp: bool, qcfg, fidelit
 
 @holds_run_folder  # one live run per run folder: a second one is refused (lpdl_core.pipeline.runlock)
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
-             fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = "loop",
+             fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = DEFAULT_EXECUTOR,
              compile: bool = False, compile_mode: str = "auto", fused_quant: bool = False,
              data_root: str | None = None, progress: Callable[[dict], None] | None = None,
              offline: bool = False, group: Group | None = None) -> dict:
@@ -168,8 +169,8 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     compile: each training iteration as one torch.compile graph (executor "batched"; how it runs,
     not what it computes: same run identity). fused_quant: the 8-bit quantizers as fused kernels
     in eager steps (engine.fused_quant; also how it runs, not what it computes).
-    executor "distributed": this process is one of the cell's n ranks (`group`, joined if not
-    given: lpdl_core.pipeline.ranks); rank 0 checks and writes the run folder.
+    With a one-process-per-node executor (distributed) this process is one of the cell's n ranks
+    (`group`, joined if not given: lpdl_core.pipeline.ranks); rank 0 checks and writes the run folder.
 
     A finished run in out_dir is returned only if it is this run (same cell, seed, profile,
     defining settings and fidelity); anything else is a RunMismatch or CorruptFile naming the

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import LpdlError
+from ..executor_specs import DEFAULT_EXECUTOR, executor_spec
 from .ranks import LAUNCHER_ENV
 
 try:
@@ -109,7 +110,7 @@ def holds_run_folder(fn: Callable) -> Callable:
         if group is not None:
             writer = group.rank == 0
         else:  # joined inside fn: the rank its launcher gave this process
-            writer = kwargs.get("executor") != "distributed" or \
+            writer = not executor_spec(kwargs.get("executor", DEFAULT_EXECUTOR)).per_node_process or \
                 int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
         with hold_run_folder(out_dir) if writer else nullcontext():
             return fn(cell, out_dir, *args, **kwargs)

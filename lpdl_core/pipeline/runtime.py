@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from ..config import PRECISIONS
+from ..executor_specs import SPECS
 from ..errors import ConfigError
 from .cell import Cell
 
@@ -112,11 +113,12 @@ class StepTimes:
             return pack * t, f"{how}; x {pack} cells (packed step not measured)"
         nodes = cell.nodes
         how = []
-        if executor == "distributed" and executor not in by_exec and "loop" in by_exec:
-            # one node per process and GPU: the loop executor's time of one node (the gossip's
-            # wire time is not in it: measure the distributed executor to include it)
-            executor, nodes = "loop", 1
-            how.append("one node's loop step")
+        spec = SPECS.get(executor)
+        if spec and spec.per_node_process and executor not in by_exec and spec.step_executor in by_exec:
+            # one node per process and GPU: one node's step of the executor each process runs (the
+            # gossip's wire time is not in it: measure the per-node executor to include it)
+            executor, nodes = spec.step_executor, 1
+            how.append(f"one node's {executor} step")
         if executor.endswith(COMPILED) and executor not in by_exec and executor[:-len(COMPILED)] in by_exec:
             # a compiled step is not slower than the eager one it compiles: an over-estimate
             executor = executor[:-len(COMPILED)]
@@ -171,6 +173,11 @@ COMPILED = "+compiled"  # a step-time column: the executor's step compiled as on
 PACKED = "@pack"        # a step-time column: a pack of K cells' step, e.g. "batched+compiled@pack4"
 COMPILE_MINUTES = 5     # a compiled job's first step: 84-126 s cold for ResNet-20 on an H200
                         # (docs/measurements.md#compile-h200)
+
+
+def executor_of(kind: str) -> str:
+    """The executor of a step-time column ("batched+compiled@pack4" -> "batched")."""
+    return kind.partition("+")[0].partition(PACKED)[0]
 
 
 def step_kind(executor: str, compile: bool = False) -> str:

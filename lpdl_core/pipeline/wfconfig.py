@@ -17,6 +17,7 @@ from ..config import (CELLS_PER_JOB, COMPILE_MODES, DEFAULT_DIST_TIMEOUT_S, DEVI
                       PROFILES, TABLES, Fidelity, other_mode, results_name)
 from ..bounded import check_values, load_yaml
 from ..errors import ConfigError
+from ..executor_specs import DEFAULT_EXECUTOR
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # relative to the workflow's directory
 CONFIGFILE = Path("config/config.yaml")                # the Snakefile's configfile
@@ -119,7 +120,7 @@ def _check_compatible(cfg: Mapping) -> None:
     fidelities = [fidelity] + ([other_mode(cfg.get("profile", "mini"), fidelity)[1]]
                                if cfg.get("compare_modes") else [])
     for fid in fidelities:
-        why = incompatible(RunOptions(executor=cfg.get("executor", "loop"), compile=bool(cfg.get("compile")),
+        why = incompatible(RunOptions(executor=cfg.get("executor", DEFAULT_EXECUTOR), compile=bool(cfg.get("compile")),
                                       fused_quant=bool(cfg.get("fused_quant")),
                                       packed=cfg.get("cells_per_job") == "pack", rng_streams=fid.rng_streams))
         if why:

@@ -20,6 +20,7 @@ import torch
 
 from ..compat import RunOptions, incompatible
 from ..config import PRECISIONS
+from ..executor_specs import DEFAULT_EXECUTOR, executor_spec
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg, Simulator
@@ -60,7 +61,7 @@ def gossip_for(compression: float) -> GossipCfg:
 
 
 def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, steps: int = 10,
-               warmup: int = 2, executor: str = "loop", device: str = "auto",
+               warmup: int = 2, executor: str = DEFAULT_EXECUTOR, device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = PRECISIONS,
                compression: float = 0.0, compile: bool = False, compile_mode: str = "auto", pack: int = 1,
                fused_quant: bool = False, progress: Callable[[dict], None] | None = None) -> dict:
@@ -95,7 +96,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     why = incompatible(RunOptions(executor=executor, compile=compile, fused_quant=fused_quant, packed=pack > 1))
     if why:  # lpdl_core.compat: what cannot run together, as the workflow and lpdl train refuse it
         raise ValueError(f"bench: {why}")
-    if executor == "distributed":  # n processes, each step split into compute / compression / communication
+    if executor_spec(executor).per_node_process:  # n processes; each step: compute, compression, communication
         from .bench_dist import bench_distributed
 
         dist = bench_distributed(model=model, nodes=nodes, batch=batch, steps=steps, warmup=warmup,

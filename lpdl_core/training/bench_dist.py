@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..config import DEFAULT_DIST_TIMEOUT_S
+from ..executor_specs import PER_NODE_EXECUTOR
 from ..decentral import p2p
 from ..errors import LpdlError
 from ..decentral.algorithms.base import GossipCfg
@@ -45,7 +46,7 @@ def _rank(spec: dict, out: str) -> None:
         qcfg = QuantCfg() if precision == "int8" else None
         make = lambda: build_model(spec["model"], precision=precision, dataset=spec["dataset"], qcfg=qcfg)  # noqa: B023,E731
         nodes[precision] = NodeProcess(make, topology=Topology(name="directed-ring", n=n), gossip=spec["gossip"],
-                                       engine=EngineCfg(executor="distributed", device=device), loop_rng=False)
+                                       engine=EngineCfg(executor=PER_NODE_EXECUTOR, device=device), loop_rng=False)
     node = next(iter(nodes.values()))
     gen = torch.Generator().manual_seed(0)
     size, batch = spec["size"], spec["batch"]

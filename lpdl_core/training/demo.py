@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..data.base import DataSplit
+from ..executor_specs import DEFAULT_EXECUTOR
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg
@@ -48,7 +49,7 @@ def digits_8x8(test_fraction: float = 0.2, seed: int = 0) -> DataSplit:
 
 
 def run_demo(*, epochs: int = 8, nodes: int = 8, skew: float = 0.8, graph: str = "directed-ring",
-             executor: str = "loop", device: str = "auto", runs: Iterable[DemoRun] = DEFAULT_RUNS,
+             executor: str = DEFAULT_EXECUTOR, device: str = "auto", runs: Iterable[DemoRun] = DEFAULT_RUNS,
              progress: Callable[[DemoRun, dict], None] | None = None) -> list[tuple[DemoRun, RunResult]]:
     split = digits_8x8()
     topo = Topology(name=graph, n=nodes)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..data.augment import augment_batch
+from ..executor_specs import executor_spec
 from ..data.base import DataSplit
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
@@ -81,10 +82,11 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     """Train n nodes on `split`. The whole dataset moves to the training device once (images as
     uint8); each step augments and normalizes the node-stacked batch there.
 
-    engine.executor "distributed": this process is one rank of a torch.distributed group of n
-    (lpdl_core.decentral.p2p.init) and trains node `rank` only (`NodeProcess`). Every rank loads
-    its own row of each node-stacked batch and augments it with the random draws of the whole
-    batch (augment_batch's `part`), as one process would, so the run equals the loop executor's;
+    With a one-process-per-node engine.executor (distributed) this process is one rank of a
+    torch.distributed group of n (lpdl_core.decentral.p2p.init) and trains node `rank` only
+    (`NodeProcess`). Every rank loads its own row of each node-stacked batch and augments it with
+    the random draws of the whole batch (augment_batch's `part`), as one process would, so the run
+    equals the loop executor's;
     metrics come from collectives, and every rank returns the same result but its own wall time.
 
     checkpoint: a file written after every epoch (atomically) with all state, every RNG
@@ -105,7 +107,7 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     hist = histograms(parts, labels, num_classes=split.num_classes)
     def fresh() -> tuple[Simulator, torch.Generator]:
         kw = dict(topology=topology, gossip=gossip, optim_cfg=optim_cfg, engine=engine)
-        if engine.executor == "distributed":  # each rank replays the others' global draws
+        if executor_spec(engine.executor).per_node_process:  # each rank replays the others' global draws
             s = NodeProcess(make_model, **kw)
         else:  # the 8-bit layers' weight quantizers run once for all nodes where that saves work
             s = Simulator(make_model, param_transform=ParamQuant, **kw)

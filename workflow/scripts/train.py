@@ -12,6 +12,7 @@ weights beforehand."""
 import os
 import sys
 
+from lpdl_core.executor_specs import executor_spec
 from lpdl_core.pipeline.grids import grid_of_folder
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
@@ -34,7 +35,7 @@ argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells
         *(("--pack-size", str(cfg.get("pack_size", 4))) if cfg.get("cells_per_job") == "pack" else ()),
         "--offline"]
 os.environ["OMP_NUM_THREADS"] = str(sm.threads)
-if cfg["executor"] == "distributed":
+if executor_spec(cfg["executor"]).per_node_process:
     # one process per node: `lpdl train` starts them with torchrun on this host, or, in a SLURM job
     # of n tasks (the slurm profile; resources mpi/tasks), srun starts one per task here
     argv += ["--dist-timeout", str(cfg["dist_timeout"])]  # the schema's default when unset

@@ -30,6 +30,7 @@ import torch
 from torch.utils._pytree import tree_map_only
 
 from ...config import COMPILE_MODES
+from ...executor_specs import COMPILABLE_EXECUTORS, executor_spec
 from .. import optim
 
 log = logging.getLogger("lpdl.cli")  # the package's one logger
@@ -61,8 +62,9 @@ class CompileCfg:
 
 def check_compilable(sim) -> None:
     """One-line errors for the settings a compiled step does not cover (before compiling anything)."""
-    if sim.engine_cfg.executor != "batched":
-        raise ValueError(f"compile needs engine.executor 'batched', got {sim.engine_cfg.executor!r}")
+    if not executor_spec(sim.engine_cfg.executor).compilable:
+        raise ValueError(f"compile needs engine.executor {' or '.join(COMPILABLE_EXECUTORS)}, "
+                         f"got {sim.engine_cfg.executor!r}")
     if sim.gossip_cfg.compressor.is_random:
         raise ValueError("compile needs a deterministic compressor (identity or topk), "
                          f"got {sim.gossip_cfg.compressor.kind!r}")

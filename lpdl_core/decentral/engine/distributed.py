@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from ...executor_specs import executor_spec
 from .. import p2p, wire
 from ..algorithms import GossipCfg, Round
 from ..compress import REGISTRY, uniform_draws
@@ -67,7 +68,7 @@ from .engine_cfg import EngineCfg
 from .simulator import Simulator
 
 
-NAME = "distributed"  # its name in lpdl_core.config.EXECUTORS
+NAME = "distributed"  # its registration: the per-node executor of lpdl_core.executor_specs
 PHASES = ("compute", "compression", "communication")  # of a training step, timed per rank
 
 
@@ -97,7 +98,7 @@ class NodeProcess(Simulator):
         self.receivers = sorted({j for W in Ws for j in range(n) if j != i and W[j, i] != 0})
         self._edges = [([j for j in self.receivers if W[j, i] != 0],
                         [b for b, j in enumerate(self.senders) if b and W[i, j] != 0]) for W in Ws]
-        own = "loop" if engine.executor == NAME else engine.executor  # this node's forward/backward
+        own = executor_spec(engine.executor).step_executor  # this node's forward/backward
         super().__init__(make_model, topology=topology, gossip=gossip, optim_cfg=optim_cfg,
                          engine=replace(engine, executor=own), loss_fn=loss_fn)
         self.rows = slice(self.rank, self.rank + 1)

@@ -8,6 +8,7 @@ from typing import Literal
 import torch
 
 from ...config import DEFAULT_SEED, DEVICES, EXECUTORS, RNG_STREAMS
+from ...executor_specs import DEFAULT_EXECUTOR
 from ...compat import RunOptions, incompatible
 from ...errors import DeviceUnavailable
 from .compiled import CompileCfg
@@ -17,9 +18,9 @@ from .compiled import CompileCfg
 class EngineCfg:
     """How the simulation runs (never what it computes).
 
-    executor: "loop" or "batched" (same math; see executors.py) run all n nodes in this process;
-        "distributed" runs one node per process (`NodeProcess`, whose own forward/backward runs
-        as the loop executor's).
+    executor: how the n nodes are computed, the same math (lpdl_core.executor_specs): the in-process
+        ones run all n nodes in this process (executors.py); the one-process-per-node one runs one
+        node per process (`NodeProcess`, whose own forward/backward runs as its spec's node_step).
     device: "auto" picks CUDA when available, else CPU. All node state lives there.
     seed: seeds model initialisation (identical on all nodes, as the official code) and the
         compressors' random draws.
@@ -36,7 +37,7 @@ class EngineCfg:
         executor (the fused kernels draw noise per node).
     """
 
-    executor: Literal["loop", "batched", "distributed"] = "loop"
+    executor: str = DEFAULT_EXECUTOR     # one of lpdl_core.executor_specs.EXECUTORS
     device: Literal["auto", "cpu", "cuda"] = "auto"
     seed: int = DEFAULT_SEED
     compile: bool = False

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...executor_specs import IN_PROCESS_EXECUTORS, executor_spec
 from ..algorithms.base import GossipCfg, Round
 from ..compress import message_bytes
 from ..layout import node_parameters
@@ -141,8 +142,9 @@ def check_packable(members: list[PackMember], engine: EngineCfg) -> None:
     """One-line errors for members that cannot share one stacked state."""
     if not members:
         raise ValueError("a pack needs at least one cell")
-    if engine.executor not in ("loop", "batched"):
-        raise ValueError(f"a pack runs in one process (executor loop or batched), got {engine.executor!r}")
+    if not executor_spec(engine.executor).packable:
+        raise ValueError(f"a pack runs in one process (executor {' or '.join(IN_PROCESS_EXECUTORS)}), "
+                         f"got {engine.executor!r}")
     sizes = sorted({m.topology.n for m in members})
     if len(sizes) > 1:
         raise ValueError(f"the cells of a pack need the same number of nodes, got {sizes}")
