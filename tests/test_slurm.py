@@ -283,9 +283,9 @@ def test_cheap_steps_are_local_rules():
     Snakemake runs (a login node): they are never submitted as (GPU) jobs. Snakemake 9's dry run
     does not mark local rules, so this reads the Snakefile's localrules block."""
     import re
-    text = (ROOT / "workflow/Snakefile").read_text(encoding="utf-8")
+    text = (ROOT / "Snakefile").read_text(encoding="utf-8")
     block = re.search(r"^localrules:\n((?:    \w+,\n)+)", text, re.M)
-    assert block, "workflow/Snakefile has no localrules block"
+    assert block, "Snakefile has no localrules block"
     local = set(re.findall(r"(\w+),", block.group(1)))
     assert {"cost", "partitions", "aggregate", "report", "download", "all"} <= local
     cost = ((ROOT / "workflow/rules/aggregate.smk").read_text(encoding="utf-8")

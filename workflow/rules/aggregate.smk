@@ -15,7 +15,7 @@ rule aggregate:
     log:
         "results/{results}/logs/aggregate.log",
     conda:
-        "../envs/aggregate.yaml"
+        "../../envs/aggregate.yaml"
     params:
         fidelity=lambda wc: MODES[wc.results].as_dict(),
     script:
@@ -42,7 +42,7 @@ for _results, _grid in GRID_RESULTS.items():
             f"results/{_results}/logs/aggregate.log",
         localrule: True
         conda:
-            "../envs/aggregate.yaml"
+            "../../envs/aggregate.yaml"
         params:
             fidelity=FIDELITY_OF[_results].as_dict(),
             grid=_grid,
@@ -60,7 +60,7 @@ rule cost:
     log:
         "results/{results}/logs/cost.log",
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     shell:
         "python -m lpdl_core cost --device auto --out {output:q} > {log:q} 2>&1"
 
@@ -73,6 +73,6 @@ rule partitions:
     log:
         "results/{results}/logs/partitions.log",
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     shell:
         "python -m lpdl_core partition-figures --out {output:q} > {log:q} 2>&1"

@@ -15,7 +15,7 @@ def _fail(msg):
 
 
 SCHEMA = yaml.safe_load(
-    Path(workflow.basedir, "schemas/config.schema.yaml").read_text()
+    Path(workflow.current_basedir, "../schemas/config.schema.yaml").read_text()
 )
 
 

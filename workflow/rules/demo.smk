@@ -5,7 +5,7 @@ rule demo:
     log:
         "results/demo/demo.log",
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     threads: 2
     params:
         epochs=config["demo"]["epochs"],

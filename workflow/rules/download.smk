@@ -37,7 +37,7 @@ rule download:
     log:
         DOWNLOAD_LOG,
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     params:
         args=request_args(PREFETCH_REQUEST),
     shell:

@@ -25,7 +25,7 @@ rule preflight:
     log:
         f"results/{RESULTS}/logs/preflight.log",
     conda:
-        "../envs/train.yaml"
+        "../../envs/train.yaml"
     resources:
         **_preflight.rule_resources(config, CELLS, PLANNER),
     params:

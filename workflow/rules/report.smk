@@ -49,6 +49,6 @@ rule report:
     log:
         f"results/{RESULTS}/logs/report.log",
     conda:
-        "../envs/report.yaml"
+        "../../envs/report.yaml"
     script:
         "../scripts/report.py"

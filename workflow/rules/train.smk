@@ -44,7 +44,7 @@ for _grid, _job in [("", j) for j in JOBS] + [
             ),
         priority: job_priority(_job)
         conda:
-            "../envs/train.yaml"
+            "../../envs/train.yaml"
         threads: config["threads_per_job"]
         resources:
             # lpdl_core.pipeline.resources: the same runtime on every attempt (a retry resumes from

@@ -1,5 +1,7 @@
-# lpdl: every cell of the paper's tables and figures as a DAG node (workflow/rules/), aggregated
-# into results/{profile}/tables/*.csv (results/{profile}-official in the official code's mode) and the report (report/report.html, .tex, .pdf). Default: the mini profile (config/config.yaml).
+# lpdl: every cell of the paper's tables and figures as a DAG node (its rules, scripts and schema
+# under workflow/, the rules' conda environments under envs/), aggregated into
+# results/{profile}/tables/*.csv (results/{profile}-official in the official code's mode) and the
+# report (report/report.html, .tex, .pdf). Default: the mini profile (config/config.yaml).
 from snakemake.utils import min_version
 
 min_version("9")
@@ -16,13 +18,13 @@ from lpdl_core.pipeline.hooks import (
 )
 
 
-include: "rules/common.smk"
-include: "rules/download.smk"
-include: "rules/train.smk"
-include: "rules/aggregate.smk"
-include: "rules/demo.smk"
-include: "rules/report.smk"
-include: "rules/preflight.smk"
+include: "workflow/rules/common.smk"
+include: "workflow/rules/download.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/demo.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/preflight.smk"
 
 
 # cheap steps run where snakemake runs (e.g. a cluster login node), not as SLURM jobs
