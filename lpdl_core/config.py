@@ -25,13 +25,16 @@ CNN_MODELS = ("resnet20", "resnet54", "vgg11", "resnet18", "mobilenetv2")
 TEXT_MODELS = ("distilbert",)
 
 
+DATA_KINDS = ("image", "text")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DatasetSpec:
     """What every caller needs to know of a dataset, in one place: its kind, class count, the input
     side the paper's image models take, and which paper models are built for it (a cell of another
     model is refused when the cells are loaded). A stand-in names the paper dataset it replaces."""
     name: str
-    kind: str                      # "image" | "text"
+    kind: str                      # one of DATA_KINDS
     classes: int
     size: int | None = None        # image side in pixels the paper models take (None: text)
     models: tuple[str, ...] = ()   # the paper models built for it (none for a stand-in)

@@ -157,6 +157,25 @@ def test_no_module_declares_a_vocabulary_name_again():
     assert not again, again
 
 
+def test_no_literal_type_repeats_a_vocabulary():
+    """A config field is typed str and validated against lpdl_core.config's tuple (or
+    FIDELITY_CHOICES), never given a Literal[...] copy of it that nothing compares with config."""
+    import ast
+
+    vocabularies = {frozenset(v) for k, v in vars(config).items() if k.isupper() and isinstance(v, tuple)
+                    and len(v) > 1 and all(isinstance(x, str) for x in v)}
+    vocabularies |= {frozenset(v) for v in config.FIDELITY_CHOICES.values()}
+    copies = []
+    for path in (ROOT / "lpdl_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Literal":
+                elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+                values = frozenset(e.value for e in elts if isinstance(e, ast.Constant))
+                if values in vocabularies:
+                    copies.append(f"{path.relative_to(ROOT)}:{node.lineno}: Literal{sorted(values)}")
+    assert not copies, copies
+
+
 def test_the_distributed_timeout_has_one_home():
     from lpdl_core.cli import args
     from lpdl_core.pipeline import ranks

@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from ..config import FIDELITY_CHOICES
+from ..config import DATA_KINDS, FIDELITY_CHOICES
 from ..errors import LpdlError
 
 DEFAULT_ROOT = Path("data")
@@ -53,7 +53,7 @@ class DataSplit:
     """
 
     name: str
-    kind: Literal["image", "text"]
+    kind: str                   # one of lpdl_core.config.DATA_KINDS
     num_classes: int
     x_train: torch.Tensor
     y_train: torch.Tensor
@@ -72,8 +72,8 @@ class DataSplit:
     extras: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in ("image", "text"):
-            raise ValueError(f"kind must be 'image' or 'text', got {self.kind!r}")
+        if self.kind not in DATA_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(DATA_KINDS)}, got {self.kind!r}")
         for a, b, what in ((self.x_train, self.y_train, "train"), (self.x_test, self.y_test, "test")):
             if len(a) != len(b):
                 raise ValueError(f"{self.name}: {what} inputs ({len(a)}) and labels ({len(b)}) differ")

@@ -11,7 +11,7 @@ shared helpers (`kept_count`, `index_bytes`, `kept_indices`, `minmax_levels`, `q
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -55,12 +55,12 @@ class CompressorCfg:
         bytes_metric: "exact" (packed wire format) or "legacy" (the official code's count).
     """
 
-    kind: Literal["identity", "topk", "randomk", "minmax8", "qsgd"] = "identity"
+    kind: str = "identity"           # one of lpdl_core.config.COMPRESSORS (the REGISTRY below)
     ratio: float = 0.0
     bits: int = 8
     qsgd_level: int = 8
     qsgd_biased: bool = False
-    bytes_metric: Literal["exact", "legacy"] = "exact"
+    bytes_metric: str = "exact"      # FIDELITY_CHOICES["bytes_metric"]
 
     def __post_init__(self) -> None:
         if self.kind not in REGISTRY:

@@ -8,7 +8,7 @@ Both act on the push-sum numerator x with the gradient g taken at the de-biased 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -25,7 +25,7 @@ class OptimCfg:
     weight_decay: added to the gradient (acts on x, the numerator), 1e-4 in the paper.
     """
 
-    momentum: Literal["nesterov", "heavy-ball", "none", "qgm", "adam"] = "nesterov"
+    momentum: str = "nesterov"   # one of lpdl_core.config.MOMENTA
     beta: float = 0.9
     weight_decay: float = 1e-4
     beta2: float = 0.999

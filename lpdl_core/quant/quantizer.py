@@ -13,7 +13,6 @@ torch.func.vmap and never synchronises with the device.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -46,9 +45,9 @@ class QuantCfg:
 
     bits: int = 8
     grad_bits: int = 8
-    act_rounding: Literal["nearest", "stochastic"] = "nearest"
-    grad_rounding: Literal["nearest", "stochastic"] = "stochastic"
-    eval_rounding: Literal["nearest", "stochastic"] = "nearest"
+    act_rounding: str = "nearest"      # each of the three: one of ROUNDINGS
+    grad_rounding: str = "stochastic"
+    eval_rounding: str = "nearest"
     measure_as_parameters: bool = False
     momentum: float = 0.1
 

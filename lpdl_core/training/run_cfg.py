@@ -56,11 +56,11 @@ class RunCfg:
     dirichlet_alpha: float | None = None  # a Dirichlet(α) partition instead of the skew one
     partition_seed: int = DEFAULT_SEED
     final_gossip_rounds: int = 0
-    final_rounds: Literal["gossip-only", "train-forward", "allreduce"] = "gossip-only"
+    final_rounds: str = "gossip-only"       # FIDELITY_CHOICES["final_rounds"]
     data_on: Literal["device", "host"] = "device"
     curve_eval_samples: int | None = None
-    epoch_test: Literal["after-gossip", "before-last-gossip"] = "after-gossip"
-    final_round_limit: Literal["cell", "epoch-batches"] = "cell"
+    epoch_test: str = "after-gossip"        # FIDELITY_CHOICES["epoch_test"]
+    final_round_limit: str = "cell"         # FIDELITY_CHOICES["final_round_limit"]
     final_trailing_forward: bool = False
     test_batch: int = 1024
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from ..config import SCHEDULES
 
@@ -21,7 +20,7 @@ class ScheduleCfg:
     warmup_epochs run at warmup_factor x lr (per-epoch kinds); "cosine" warms up linearly over
     warmup_fraction of all steps instead."""
 
-    kind: Literal["resnet", "vgg", "multistep", "constant", "cosine"] = "resnet"
+    kind: str = "resnet"      # one of lpdl_core.config.SCHEDULES
     milestones: tuple[int, ...] = ()
     gamma: float = 0.1
     warmup_epochs: int = 1

@@ -17,7 +17,7 @@ have m rows; every other node-stacked input (x, x̃, own buffers) has r.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -51,11 +51,11 @@ class GossipCfg:
         (official --momentum, default 0; QG-GUTm: 0.9).
     """
 
-    algorithm: Literal["dpsgd", "ds", "choco", "bagua-lp", "adagossip", "gut"] = "ds"
+    algorithm: str = "ds"                 # one of lpdl_core.config.ALGORITHMS
     eta: float = 1.0
     compressor: CompressorCfg = field(default_factory=CompressorCfg)
-    choco_form: Literal["paper", "code"] = "paper"
-    choco_replicas: Literal["per-neighbour", "official-aggregate"] = "per-neighbour"
+    choco_form: str = "paper"             # FIDELITY_CHOICES["choco_form"]
+    choco_replicas: str = "per-neighbour"  # FIDELITY_CHOICES["choco_replicas"]
     adagossip_beta: float = 0.999
     adagossip_eps: float = 1e-8
     gut_scaling: float = 0.9

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch.utils._pytree import tree_map_only
@@ -46,7 +45,7 @@ class CompileCfg:
     """
 
     enabled: bool = False
-    mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
+    mode: str = "auto"    # one of lpdl_core.config.COMPILE_MODES
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):

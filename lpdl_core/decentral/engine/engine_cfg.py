@@ -3,7 +3,6 @@ streams, compilation and fused quantizers (`EngineCfg`), and the device a name r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -38,11 +37,11 @@ class EngineCfg:
     """
 
     executor: str = DEFAULT_EXECUTOR     # one of lpdl_core.executor_specs.EXECUTORS
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: str = "auto"                 # one of lpdl_core.config.DEVICES
     seed: int = DEFAULT_SEED
     compile: bool = False
-    compile_mode: Literal["auto", "default", "reduce-overhead", "max-autotune"] = "auto"
-    rng_streams: Literal["per-node", "shared"] = "per-node"
+    compile_mode: str = "auto"           # one of lpdl_core.config.COMPILE_MODES
+    rng_streams: str = "per-node"        # one of lpdl_core.config.RNG_STREAMS
     fused_quant: bool = False
 
     def __post_init__(self) -> None:
