@@ -106,3 +106,22 @@ def test_no_import_cycles():
     for m in sorted(GRAPH):
         if m not in state:
             visit(m, [])
+
+
+def test_no_private_name_is_imported_across_modules():
+    """What one module takes from another is that module's public name: a leading underscore means
+    "only here", so renaming it can never break another module."""
+    private = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("lpdl_core")):
+                private += [f"{path.relative_to(ROOT.parent)}:{node.lineno}: {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, private
+
+
+def test_no_library_module_is_over_300_lines():
+    """One concept per module, 100-300 lines (the house style)."""
+    long = [f"{p.relative_to(ROOT.parent)}: {n}" for p in ROOT.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 300]
+    assert not long, long

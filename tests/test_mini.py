@@ -243,7 +243,7 @@ def test_an_image_job_imports_no_text_sklearn_or_plotting_stack():
     """Start-up is paid per job: an image cell must not import transformers, scikit-learn or
     matplotlib (the digits split is cached; the report draws the figures)."""
     code = ("import sys\nfrom lpdl_core.pipeline.cells import cells_by_id, load_cells\n"
-            "from lpdl_core.pipeline.runcell import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
+            "from lpdl_core.pipeline.plan import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
             "import lpdl_core.training.train, lpdl_core.pipeline.results\n"
             "p = plan_cell(cells_by_id(load_cells())['t2-resnet20-dring8-c0-s0-ds-int8'], 'mini')\n"
             "load_dataset(p.dataset, **p.dataset_kwargs); p.make_model()\n"

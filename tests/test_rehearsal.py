@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lpdl_core.cli import main
-from lpdl_core.data.rehearsal import REHEARSED, _count, write_rehearsal
+from lpdl_core.data.rehearsal import REHEARSED, scaled_count, write_rehearsal
 from lpdl_core.errors import RunMismatch
 from lpdl_core.pipeline.cells import load_cells
 from lpdl_core.pipeline.runstore import check_identity, run_data, run_identity
@@ -32,11 +32,11 @@ def test_at_scale_one_each_split_has_the_real_datasets_size():
     from lpdl_core.data.rehearsal import IMAGENETTE_VAL
     from lpdl_core.data.sentlen import SIZES as SENTLEN
 
-    assert [_count(n, 1.0) for n in OFFICIAL_TRAIN_SIZES] == list(OFFICIAL_TRAIN_SIZES)
+    assert [scaled_count(n, 1.0) for n in OFFICIAL_TRAIN_SIZES] == list(OFFICIAL_TRAIN_SIZES)
     assert sum(IMAGENETTE_VAL) == OFFICIAL_VAL_SIZE
-    assert {k: _count(v, 1.0) for k, v in AGNEWS.items()} == {"train": 120_000, "test": 7_600}
-    assert {k: _count(v, 1.0) for k, v in SENTLEN.items()} == {"tr": 100_000, "va": 10_000, "te": 10_000}
-    assert _count(50_000, 1.0) == 50_000 and _count(10_000, 1.0) == 10_000
+    assert {k: scaled_count(v, 1.0) for k, v in AGNEWS.items()} == {"train": 120_000, "test": 7_600}
+    assert {k: scaled_count(v, 1.0) for k, v in SENTLEN.items()} == {"tr": 100_000, "va": 10_000, "te": 10_000}
+    assert scaled_count(50_000, 1.0) == 50_000 and scaled_count(10_000, 1.0) == 10_000
 
 
 def test_the_unchanged_loaders_read_every_set_and_label_it(rehearsal):
@@ -50,7 +50,7 @@ def test_the_unchanged_loaders_read_every_set_and_label_it(rehearsal):
     from lpdl_core.data.imagenette import OFFICIAL_TRAIN_SIZES
 
     im = load_dataset("imagenette", root=rehearsal, offline=True)
-    assert torch.bincount(im.y_train, minlength=10).tolist() == [_count(n, SCALE) for n in OFFICIAL_TRAIN_SIZES]
+    assert torch.bincount(im.y_train, minlength=10).tolist() == [scaled_count(n, SCALE) for n in OFFICIAL_TRAIN_SIZES]
     assert tuple(im.x_test.shape[1:]) == (3, 224, 224) and im.extras["rehearsal"] is True
     from lpdl_core.data.agnews import read_csv
     from lpdl_core.data.sentlen import BIN_EDGES, read_senteval_tsv
@@ -186,7 +186,7 @@ def test_the_text_cells_load_the_rehearsal_checkpoint_not_the_hub(rehearsal, tmp
     from transformers import AutoConfig, AutoTokenizer
 
     from lpdl_core.config import Fidelity
-    from lpdl_core.pipeline.runcell import PRETRAINED_TEXT, plan_cell
+    from lpdl_core.pipeline.plan import PRETRAINED_TEXT, plan_cell
     from lpdl_core.rehearsal_mark import rehearsal_model
 
     m = json.loads((rehearsal / MANIFEST).read_text())

@@ -35,7 +35,7 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _choice_list(choices: tuple[str, ...]):
+def choice_list(choices: tuple[str, ...]):
     """An argparse type: comma-separated values, each one of `choices`, none twice (a tuple)."""
     def parse(text: str) -> tuple[str, ...]:
         values = tuple(v.strip() for v in text.split(","))
@@ -49,7 +49,7 @@ def _choice_list(choices: tuple[str, ...]):
     return parse
 
 
-def _count(lo: int, hi: int | None = None):
+def count_arg(lo: int, hi: int | None = None):
     """An argparse type: an integer in [lo, hi]."""
     def parse(text: str) -> int:
         try:
@@ -63,7 +63,7 @@ def _count(lo: int, hi: int | None = None):
     return parse
 
 
-def _real(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False):
+def real_arg(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False):
     """An argparse type: a number in the interval from lo to hi (each end closed unless open);
     NaN is never in it."""
     def parse(text: str) -> float:
@@ -79,23 +79,23 @@ def _real(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False)
     return parse
 
 
-_unit = _real(0, 1)                                          # a fraction, e.g. the skew
-_percent = _real(0, 100, hi_open=True)                       # a percentage dropped
-_timeout_seconds = _real(0, MAX_DIST_TIMEOUT_S, lo_open=True)  # a rank's wait for another
-_seed = _count(0, MAX_SEED)                                  # a run's seed
+unit_arg = real_arg(0, 1)                                          # a fraction, e.g. the skew
+percent_arg = real_arg(0, 100, hi_open=True)                       # a percentage dropped
+timeout_seconds = real_arg(0, MAX_DIST_TIMEOUT_S, lo_open=True)  # a rank's wait for another
+seed_arg = count_arg(0, MAX_SEED)                                  # a run's seed
 
 
-def _path(text: str) -> str:
+def path_arg(text: str) -> str:
     """An argparse type: a path, never empty (an empty --out would write into the working folder)."""
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path (give a file or folder)")
     return text
 
 
-_path.__name__ = "path"
+path_arg.__name__ = "path"
 
 
-def _out_file(path: str | None, what: str = "output file") -> None:
+def out_file(path: str | None, what: str = "output file") -> None:
     """One line before any work unless lpdl's atomic writer could write `path`: NotRegularFile
     when something else than a regular file is there (a device such as /dev/null, a FIFO, a
     folder; a symbolic link counts as its target), ConfigError unless its folder is writable (or

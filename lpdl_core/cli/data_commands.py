@@ -9,7 +9,7 @@ from typing import Callable
 
 from ..errors import ConfigError
 from ..executor_specs import executor_spec
-from .args import _count, _path, _real
+from .args import count_arg, path_arg, real_arg
 
 log = logging.getLogger("lpdl.cli")
 
@@ -22,32 +22,32 @@ def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
     rd = command("rehearsal-data", "write the paper's datasets in their real on-disk formats and full sizes, "
                  "filled with synthetic class-dependent images and sentences, for offline rehearsals and "
                  "measurements (never for accuracies); point data_root at --out")
-    rd.add_argument("--out", type=_path, required=True, help="the data root to write (created if missing)")
-    rd.add_argument("--scale", type=_real(0, 1, lo_open=True), default=1.0,
+    rd.add_argument("--out", type=path_arg, required=True, help="the data root to write (created if missing)")
+    rd.add_argument("--scale", type=real_arg(0, 1, lo_open=True), default=1.0,
                     help="fraction of each split's full size, every class kept (default 1: the full sizes)")
     rd.add_argument("--dataset", action="append", choices=REHEARSED,
                     help="only this dataset (repeatable; default all)")
-    rd.set_defaults(func=_cmd_rehearsal_data)
+    rd.set_defaults(func=cmd_rehearsal_data)
 
     pf = command("preflight", "measure each job shape of the paper plan on this machine's device (step time, "
                  "data loader, peak memory, compile time), say per shape whether it fits, and write a "
                  "step-times file for lpdl plan and the workflow's step_times key")
     workflow_config_args(pf, "config/config.yaml, the step-time table and data_root are read there")
-    pf.add_argument("--out", type=_path, required=True, help="the step-times YAML file to write")
-    pf.add_argument("--steps", type=_count(1, 1000), default=3, help="timed steps per shape (default 3)")
-    pf.add_argument("--warmup", type=_count(1, 1000), default=1, help="untimed steps first (default 1; with compile: "
-                    "the compilation)")
-    pf.add_argument("--timeout", type=_real(0, 86_400, lo_open=True), default=SHAPE_TIMEOUT_S,
+    pf.add_argument("--out", type=path_arg, required=True, help="the step-times YAML file to write")
+    pf.add_argument("--steps", type=count_arg(1, 1000), default=3, help="timed steps per shape (default 3)")
+    pf.add_argument("--warmup", type=count_arg(1, 1000), default=1,
+                    help="untimed steps first (default 1; with compile: the compilation)")
+    pf.add_argument("--timeout", type=real_arg(0, 86_400, lo_open=True), default=SHAPE_TIMEOUT_S,
                     help=f"seconds one shape may take (default {SHAPE_TIMEOUT_S})")
-    pf.add_argument("--mem-cap-mb", type=_real(0, 1e9, lo_open=True), default=None,
+    pf.add_argument("--mem-cap-mb", type=real_arg(0, 1e9, lo_open=True), default=None,
                     help="also hold each shape's peak memory to this many MB (a smaller card or node)")
     pf.add_argument("--shape", action="append", metavar="TEXT",
                     help="only the shapes whose name (as printed: 'vgg11/imagenette int8 batched n=4 pack 2') "
                     "contains TEXT, e.g. --shape vgg11/ (repeatable; default every shape of the plan)")
-    pf.set_defaults(func=_cmd_preflight)
+    pf.set_defaults(func=cmd_preflight)
 
 
-def _cmd_rehearsal_data(a: argparse.Namespace) -> int:
+def cmd_rehearsal_data(a: argparse.Namespace) -> int:
     """Write the rehearsal sets; their manifest on stdout."""
     from ..data.rehearsal import MANIFEST, REHEARSED, write_rehearsal
 
@@ -72,7 +72,7 @@ def _cmd_rehearsal_data(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_preflight(a: argparse.Namespace) -> int:
+def cmd_preflight(a: argparse.Namespace) -> int:
     """Measure the paper plan's job shapes; exit 1 when one will not fit or could not be measured."""
     import datetime
 
@@ -82,11 +82,11 @@ def _cmd_preflight(a: argparse.Namespace) -> int:
     from ..pipeline.resources import Planner
     from ..pipeline.results import git, write_atomic
     from ..pipeline.runtime import StepTimes, step_kind
-    from .args import _out_file
-    from .pipeline_commands import _workflow_config
+    from .args import out_file
+    from .pipeline_commands import workflow_config
 
-    _out_file(a.out)
-    cfg, root, cells = _workflow_config(a)
+    out_file(a.out)
+    cfg, root, cells = workflow_config(a)
     if cfg["profile"] != "paper":
         raise ConfigError(f"the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU: "
                           "preflight measures the paper profile's jobs (give --configfile config/paper.yaml)")

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from ..errors import LpdlError
-from .parser import _version, build_parser
+from .parser import lpdl_version, build_parser
 
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as given (a launcher passes them on)
     _setup_logging(args.log_level)
     options = {k: v for k, v in vars(args).items() if k not in ("func", "command", "log_level", "argv")}
-    log.debug("lpdl %s (python %s), command %s, options: %s", _version(), sys.version.split()[0], args.command,
+    log.debug("lpdl %s (python %s), command %s, options: %s", lpdl_version(), sys.version.split()[0], args.command,
               ", ".join(f"{k}={v!r}" for k, v in options.items()) or "none")
     try:
         return args.func(args)

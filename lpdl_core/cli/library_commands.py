@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from ..errors import LpdlError
-from .args import _out_file
+from .args import out_file
 
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 
 
-def _cmd_topology(a: argparse.Namespace) -> int:
+def cmd_topology(a: argparse.Namespace) -> int:
     from ..decentral.topology import Topology, describe
 
     topo = Topology(name=a.graph, n=a.nodes, rows=a.rows, seed=a.seed)
@@ -21,7 +21,7 @@ def _cmd_topology(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_partition(a: argparse.Namespace) -> int:
+def cmd_partition(a: argparse.Namespace) -> int:
     from ..decentral.partition import (
         KNOWN_CLASS_SIZES,
         histograms,
@@ -33,7 +33,7 @@ def _cmd_partition(a: argparse.Namespace) -> int:
 
     if (a.dataset is None) == (a.class_sizes is None):
         raise LpdlError("give exactly one of --dataset or --class-sizes")
-    _out_file(a.out)
+    out_file(a.out)
     if a.dataset is not None:
         sizes = KNOWN_CLASS_SIZES[a.dataset]
     else:
@@ -57,7 +57,7 @@ def _cmd_partition(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(a: argparse.Namespace) -> int:
+def cmd_demo(a: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..training.demo import DEFAULT_RUNS, format_table, run_demo
@@ -79,12 +79,12 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     return 0 if all(r.status == "ok" for _, r in results) else 1
 
 
-def _cmd_bench(a: argparse.Namespace) -> int:
+def cmd_bench(a: argparse.Namespace) -> int:
     import json
 
     from ..training.bench import bench_step
 
-    _out_file(a.out)
+    out_file(a.out)
 
     def progress(ev: dict) -> None:
         if ev["event"] == "build":
@@ -107,7 +107,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_models(a: argparse.Namespace) -> int:
+def cmd_models(a: argparse.Namespace) -> int:
     from ..models.registry import format_model_table, model_table
 
     def progress(ev: dict) -> None:

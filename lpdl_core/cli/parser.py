@@ -11,33 +11,33 @@ from .args import (
     MAX_DEMO_EPOCHS,
     MAX_NODES,
     OneLineParser,
-    _choice_list,
-    _count,
-    _path,
-    _percent,
-    _seed,
-    _timeout_seconds,
-    _unit,
+    choice_list,
+    count_arg,
+    path_arg,
+    percent_arg,
+    seed_arg,
+    timeout_seconds,
+    unit_arg,
 )
 from .data_commands import add_data_commands
-from .library_commands import _cmd_bench, _cmd_demo, _cmd_models, _cmd_partition, _cmd_topology
+from .library_commands import cmd_bench, cmd_demo, cmd_models, cmd_partition, cmd_topology
 from .pipeline_commands import (
-    _cmd_aggregate,
-    _cmd_cells,
-    _cmd_cost,
-    _cmd_partition_figures,
-    _cmd_prefetch,
-    _cmd_report,
-    _cmd_plan,
-    _cmd_status,
-    _cmd_targets,
-    _cmd_timing,
-    _cmd_unlock,
+    cmd_aggregate,
+    cmd_cells,
+    cmd_cost,
+    cmd_partition_figures,
+    cmd_prefetch,
+    cmd_report,
+    cmd_plan,
+    cmd_status,
+    cmd_targets,
+    cmd_timing,
+    cmd_unlock,
 )
-from .train import _cmd_train
+from .train import cmd_train
 
 
-def _version() -> str:
+def lpdl_version() -> str:
     """The installed distribution's version, else the package's own."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog="lpdl", description="Low precision decentralized training "
                                 "(Aketi, Kodge, Roy 2021): core tools")
-    p.add_argument("--version", action="version", version=f"lpdl {_version()}")
+    p.add_argument("--version", action="version", version=f"lpdl {lpdl_version()}")
     loud = p.add_mutually_exclusive_group()
     loud.add_argument("-v", "--verbose", dest="log_level", action="store_const", const=logging.DEBUG,
                       default=logging.INFO, help="also print debug messages on stderr "
@@ -104,49 +104,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = command("topology", "print a graph's mixing matrix W, neighbours and SLEM")
     t.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
-    t.add_argument("--nodes", type=_count(1, MAX_NODES["topology"]), default=8, help="number of nodes")
+    t.add_argument("--nodes", type=count_arg(1, MAX_NODES["topology"]), default=8, help="number of nodes")
     t.add_argument("--rows", type=int, default=None, help="torus rows, a divisor of --nodes (default: squarest)")
     t.add_argument("--seed", type=int, default=0, help="random-directed graph seed")
-    t.add_argument("--t", type=_count(0), default=0, help="iteration whose W is shown (time-varying graphs)")
-    t.set_defaults(func=_cmd_topology)
+    t.add_argument("--t", type=count_arg(0), default=0, help="iteration whose W is shown (time-varying graphs)")
+    t.set_defaults(func=cmd_topology)
 
     q = command("partition", "print the paper's skew partition per node")
     q.add_argument("--dataset", choices=sorted(KNOWN_CLASS_SIZES),
                    help="take the class sizes of this dataset (give this or --class-sizes)")
     q.add_argument("--class-sizes", help="comma-separated class sizes, e.g. 5000,5000,... (give this or --dataset)")
-    q.add_argument("--nodes", type=_count(1, MAX_NODES["partition"]), default=8, help="number of nodes")
-    q.add_argument("--skew", type=_unit, default=0.8, help=skew)
+    q.add_argument("--nodes", type=count_arg(1, MAX_NODES["partition"]), default=8, help="number of nodes")
+    q.add_argument("--skew", type=unit_arg, default=0.8, help=skew)
     q.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"partition seed (official: {DEFAULT_SEED})")
-    q.add_argument("--out", type=_path, help="also write the histogram table to this .csv or .json file")
+    q.add_argument("--out", type=path_arg, help="also write the histogram table to this .csv or .json file")
     q.add_argument("--format", choices=("csv", "json"),
                    help="format of --out (default: json for a .json file, else csv)")
-    q.set_defaults(func=_cmd_partition)
+    q.set_defaults(func=cmd_partition)
 
     d = command("demo", "DS vs CHOCO at 0%% and 99%% compression on embedded digits")
-    d.add_argument("--epochs", type=_count(1, MAX_DEMO_EPOCHS), default=20, help="training epochs of each run")
-    d.add_argument("--nodes", type=_count(1, MAX_NODES["demo"]), default=8, help="number of nodes")
-    d.add_argument("--skew", type=_unit, default=0.8, help=skew)
+    d.add_argument("--epochs", type=count_arg(1, MAX_DEMO_EPOCHS), default=20, help="training epochs of each run")
+    d.add_argument("--nodes", type=count_arg(1, MAX_NODES["demo"]), default=8, help="number of nodes")
+    d.add_argument("--skew", type=unit_arg, default=0.8, help=skew)
     d.add_argument("--graph", choices=GRAPHS, default="directed-ring", help="the communication graph")
     d.add_argument("--executor", choices=IN_PROCESS_EXECUTORS, default=DEFAULT_EXECUTOR,
                    help="how the n nodes run in this process: loop (one node after another) or batched (vmap)")
     d.add_argument("--device", choices=DEVICES, default="auto", help=device)
     d.add_argument("--quiet", action="store_true", help="no progress bar (as lpdl -q)")
-    d.set_defaults(func=_cmd_demo)
+    d.set_defaults(func=cmd_demo)
 
     b = command("bench", "FP vs 8-bit step time of the n-node simulator, or of n processes with "
                 "--executor distributed (split into compute, compression and communication) (JSON)")
     b.add_argument("--model", choices=CNN_MODELS, default="resnet20", help="the model to time")
     b.add_argument("--dataset", choices=IMAGE_DATASETS, default=None,
                    help="the input size to build for (default: the model's own dataset)")
-    b.add_argument("--nodes", type=_count(1, MAX_NODES["bench"]), default=8, help="number of nodes")
-    b.add_argument("--batch", type=_count(1, MAX_BATCH), default=32, help="batch per node")
-    b.add_argument("--steps", type=_count(1, 100000), default=10, help="timed steps")
-    b.add_argument("--warmup", type=_count(0, 100000), default=2, help="untimed steps before them")
+    b.add_argument("--nodes", type=count_arg(1, MAX_NODES["bench"]), default=8, help="number of nodes")
+    b.add_argument("--batch", type=count_arg(1, MAX_BATCH), default=32, help="batch per node")
+    b.add_argument("--steps", type=count_arg(1, 100000), default=10, help="timed steps")
+    b.add_argument("--warmup", type=count_arg(0, 100000), default=2, help="untimed steps before them")
     b.add_argument("--executor", choices=EXECUTORS, default=DEFAULT_EXECUTOR, help=executor)
     b.add_argument("--device", choices=DEVICES, default="auto", help=device)
-    b.add_argument("--precisions", type=_choice_list(PRECISIONS), default=PRECISIONS, metavar="P[,P]",
+    b.add_argument("--precisions", type=choice_list(PRECISIONS), default=PRECISIONS, metavar="P[,P]",
                    help="comma-separated, of: " + ", ".join(PRECISIONS))
-    b.add_argument("--compression", type=_percent, default=0.0, metavar="PERCENT",
+    b.add_argument("--compression", type=percent_arg, default=0.0, metavar="PERCENT",
                    help="gossip messages: 0 = uncompressed (eta 1), else layer-wise top-k dropping this "
                         "percentage (eta 0.01), e.g. 99")
     b.add_argument("--compile", action="store_true",
@@ -158,19 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fused-quant", action="store_true",
                    help="the eager steps with the 8-bit quantizer chains as fused compiled kernels "
                         "(needs --warmup >= 1: the first step compiles them)")
-    b.add_argument("--pack", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
+    b.add_argument("--pack", type=count_arg(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
-    b.add_argument("--out", type=_path, help=also_json)
-    b.set_defaults(func=_cmd_bench)
+    b.add_argument("--out", type=path_arg, help=also_json)
+    b.set_defaults(func=cmd_bench)
 
     tr = command("train", "run paper cells (each resumes from its checkpoint; skips if done)")
     tr.add_argument("--cell", required=True, action="append",
                     help="cell id, see `lpdl cells`; repeat to run several in one process")
     tr.add_argument("--profile", choices=PROFILES, default="mini",
                     help="protocol: mini (embedded stand-ins, a laptop) or paper (the paper's)")
-    tr.add_argument("--out", type=_path, required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
+    tr.add_argument("--out", type=path_arg, required=True, help="run folder (metrics.json, curve.csv, partition.csv); "
                     "with several cells a template holding {cell}")
-    tr.add_argument("--seed", type=_seed, default=None, help=f"random seed (default: the cell's own, {DEFAULT_SEED})")
+    tr.add_argument("--seed", type=seed_arg, default=None,
+                    help=f"random seed (default: the cell's own, {DEFAULT_SEED})")
     tr.add_argument("--grid", default=None, metavar="NAME",
                     help="the --cell ids are of the grid config/extensions/NAME.yaml, not the paper's")
     tr.add_argument("--paper-dir", default=None, help=paper_dir)
@@ -189,10 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--fused-quant", action="store_true",
                     help="eager steps with the 8-bit quantizer chains as fused compiled kernels (not with --compile; "
                          "the first steps compile them, about a minute on a CPU)")
-    tr.add_argument("--pack-size", type=_count(1, MAX_PACK_SIZE), default=1, metavar="K",
+    tr.add_argument("--pack-size", type=count_arg(1, MAX_PACK_SIZE), default=1, metavar="K",
                     help="train cells that can share one stacked state together, K at a time (executor loop or "
                          "batched; they may differ in seed, skew, graph, compression and eta; default 1: one by one)")
-    tr.add_argument("--dist-timeout", type=_timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+    tr.add_argument("--dist-timeout", type=timeout_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                     help="distributed executor: bound on the rendezvous and on every wait for another rank "
                          "(a dead or stuck rank fails the job after it; default %(default)g)")
     fid = tr.add_mutually_exclusive_group()
@@ -206,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--offline", action="store_true",
                     help="download nothing (as every workflow train job): datasets are read as they are, "
                          "HF_HUB_OFFLINE=1; a missing one is an error naming `lpdl prefetch`")
-    tr.set_defaults(func=_cmd_train)
+    tr.set_defaults(func=cmd_train)
 
     pr = command("prefetch", "fetch and verify the datasets and pretrained models the cells load (JSON manifest)")
     pr.add_argument("--profile", choices=PROFILES, default="paper",
@@ -218,8 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--fidelity-json", action="append", metavar="JSON",
                     help="a fidelity mode whose runs' data is fetched, as `lpdl train --fidelity-json` "
                          "(repeatable; default: the paper's)")
-    pr.add_argument("--out", type=_path, help="also write the manifest to this file (not given: stdout only)")
-    pr.set_defaults(func=_cmd_prefetch)
+    pr.add_argument("--out", type=path_arg, help="also write the manifest to this file (not given: stdout only)")
+    pr.set_defaults(func=cmd_prefetch)
     add_data_commands(command, _workflow_config_args)
 
     ce = command("cells", "list the paper's cells, or a grid's (one training run each)")
@@ -227,39 +228,39 @@ def build_parser() -> argparse.ArgumentParser:
     ce.add_argument("--table", action="append", choices=TABLES, help="repeatable; default: all")
     ce.add_argument("--grid", default=None, metavar="NAME",
                     help="a grid of config/extensions/NAME.yaml (run from the repository root)")
-    ce.set_defaults(func=_cmd_cells)
+    ce.set_defaults(func=cmd_cells)
 
     r = command("report", "HTML + LaTeX/PDF report of a results folder beside the paper")
     r.add_argument("--results", default="results/mini", help="results/<profile> folder")
-    r.add_argument("--out", type=_path, default="report", help="output folder (report.html, report.tex, ...)")
+    r.add_argument("--out", type=path_arg, default="report", help="output folder (report.html, report.tex, ...)")
     r.add_argument("--paper-dir", default=None, help=paper_dir)
     r.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
     r.add_argument("--no-pdf", action="store_true", help="do not run latexmk")
     r.add_argument("--compare", metavar="DIR", default=None,
                    help="another results folder of the same profile in the other fidelity mode, shown side by "
                         "side (not given: no comparison)")
-    r.set_defaults(func=_cmd_report)
+    r.set_defaults(func=cmd_report)
 
     ag = command("aggregate", "a results folder's runs -> runs.csv, curves.csv, tables/*.csv")
     ag.add_argument("results", help="results/<profile> holding runs/")
     ag.add_argument("--profile", choices=PROFILES, default=None, help=profile)
     ag.add_argument("--paper-dir", default=None, help=paper_dir)
     ag.add_argument("--table", action="append", choices=TABLES, help="repeatable; default all")
-    ag.add_argument("--seed", type=_seed, action="append", help=seeds)
-    ag.set_defaults(func=_cmd_aggregate)
+    ag.add_argument("--seed", type=seed_arg, action="append", help=seeds)
+    ag.set_defaults(func=cmd_aggregate)
 
     co = command("cost", "Figure 3's compute and memory cost model (JSON)")
     co.add_argument("--device", choices=DEVICES, default="auto", help=device + "; measures peak memory on CUDA")
-    co.add_argument("--out", type=_path, help=also_json + " (e.g. results/mini/cost.json)")
-    co.set_defaults(func=_cmd_cost)
+    co.add_argument("--out", type=path_arg, help=also_json + " (e.g. results/mini/cost.json)")
+    co.set_defaults(func=cmd_cost)
 
     pf = command("partition-figures", "Figures 2, 5-7: per-node class counts of the paper's partitions (CSV)")
-    pf.add_argument("--out", type=_path,
+    pf.add_argument("--out", type=path_arg,
                     help="write the CSV here (e.g. results/mini/partitions.csv); default: print it")
-    pf.set_defaults(func=_cmd_partition_figures)
+    pf.set_defaults(func=cmd_partition_figures)
 
     m = command("models", "every model with its FP and LP parameter counts (Table 1)")
-    m.set_defaults(func=_cmd_models)
+    m.set_defaults(func=cmd_models)
 
     ti = command("timing", "where a pipeline run's time went (JSON): job start-up vs training")
     ti.add_argument("results", help="results/<profile> of a finished run")
@@ -268,29 +269,30 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
     ti.add_argument("--seed", type=int, action="append", help=seeds)
     ti.add_argument("--paper-dir", default=None, help=paper_dir)
-    ti.add_argument("--out", type=_path, help=also_json)
-    ti.set_defaults(func=_cmd_timing)
+    ti.add_argument("--out", type=path_arg, help=also_json)
+    ti.set_defaults(func=cmd_timing)
 
     tg = command("targets", "check the mini profile's learning targets on finished runs")
     tg.add_argument("results", help="results/<profile> of a finished run")
     tg.add_argument("--seed", type=int, action="append", help=seeds)
     tg.add_argument("--paper-dir", default=None, help=paper_dir)
-    tg.add_argument("--out", type=_path, help="also write the checks as JSON to this file (not given: only the table)")
-    tg.set_defaults(func=_cmd_targets)
+    tg.add_argument("--out", type=path_arg,
+                    help="also write the checks as JSON to this file (not given: only the table)")
+    tg.set_defaults(func=cmd_targets)
 
     st = command("status", "which results the config names are missing, damaged or stale, and whether the "
                            "report matches them (exit 1 if anything is not current)")
     _workflow_config_args(st, "config/config.yaml, results/ and the report are read there")
     st.add_argument("--all", action="store_true", help="list every run that is not current (default: the first 20)")
-    st.set_defaults(func=_cmd_status)
+    st.set_defaults(func=cmd_status)
 
     pl = command("plan", "the GPU-hours a paper-profile grid asks SLURM for, per table and in total, and which "
                          "step times are measured and which scaled (before any job runs)")
     _workflow_config_args(pl, "config/config.yaml and the step-time table are read there")
-    pl.add_argument("--out", type=_path, help="also write the bill as JSON to this file")
-    pl.set_defaults(func=_cmd_plan)
+    pl.add_argument("--out", type=path_arg, help="also write the bill as JSON to this file")
+    pl.set_defaults(func=cmd_plan)
 
     u = command("unlock", "clear Snakemake's lock if no live Snakemake works in the folder")
     u.add_argument("--directory", default=".", help="the workflow folder (default: here)")
-    u.set_defaults(func=_cmd_unlock)
+    u.set_defaults(func=cmd_unlock)
     return p

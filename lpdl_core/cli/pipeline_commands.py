@@ -7,13 +7,13 @@ import logging
 from pathlib import Path
 
 from ..errors import ConfigError, LpdlError
-from .args import _out_file
-from .train import _fidelity
+from .args import out_file
+from .train import fidelity_of
 
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 
 
-def _cmd_prefetch(a: argparse.Namespace) -> int:
+def cmd_prefetch(a: argparse.Namespace) -> int:
     """Fetch and verify what the cells' runs load (lpdl_core.pipeline.prefetch); the manifest on stdout."""
     import json
 
@@ -21,8 +21,8 @@ def _cmd_prefetch(a: argparse.Namespace) -> int:
     from ..pipeline.cells import load_cells
     from ..pipeline.prefetch import prefetch, prefetch_request, write_manifest
 
-    _out_file(a.out, "manifest")
-    fidelities = [_fidelity(argparse.Namespace(fidelity_json=text, fidelity=[])) for text in a.fidelity_json or ()]
+    out_file(a.out, "manifest")
+    fidelities = [fidelity_of(argparse.Namespace(fidelity_json=text, fidelity=[])) for text in a.fidelity_json or ()]
     fidelities = fidelities or [Fidelity()]
     manifest = prefetch(load_cells(a.paper_dir, tables=a.table or None), a.profile,
                         fidelities=fidelities, data_root=a.data_root)
@@ -36,7 +36,7 @@ def _cmd_prefetch(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_cells(a: argparse.Namespace) -> int:
+def cmd_cells(a: argparse.Namespace) -> int:
     from ..pipeline.cells import load_cells
 
     if a.grid:
@@ -52,7 +52,7 @@ def _cmd_cells(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_report(a: argparse.Namespace) -> int:
+def cmd_report(a: argparse.Namespace) -> int:
     """The report from what the aggregate, cost and partitions steps wrote under --results."""
     from ..pipeline.runstore import check_writable_dir
     from ..pipeline.tidy import RUNS_FILE
@@ -69,7 +69,7 @@ def _cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_aggregate(a: argparse.Namespace) -> int:
+def cmd_aggregate(a: argparse.Namespace) -> int:
     """runs/ -> runs.csv, curves.csv, tables/{table}.csv and tables/{table}-paper.csv."""
     from ..config import TABLES
     from ..pipeline.aggregate import write_aggregate
@@ -89,13 +89,13 @@ def _cmd_aggregate(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_cost(a: argparse.Namespace) -> int:
+def cmd_cost(a: argparse.Namespace) -> int:
     """Figure 3's cost model (and measured peak CUDA memory on a GPU) as JSON."""
     import json
 
     from ..training.cost import figure3_cost
 
-    _out_file(a.out)
+    out_file(a.out)
     text = json.dumps(figure3_cost(device=a.device), indent=1)
     if a.out:
         from ..pipeline.results import write_atomic
@@ -104,12 +104,12 @@ def _cmd_cost(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_partition_figures(a: argparse.Namespace) -> int:
+def cmd_partition_figures(a: argparse.Namespace) -> int:
     """Figures 2, 5-7's per-node class counts as CSV."""
     from ..pipeline.paper_partitions import partition_figures_frame
     from ..pipeline.tidy import write_frame
 
-    _out_file(a.out)
+    out_file(a.out)
     df = partition_figures_frame()
     if a.out:
         write_frame(df, a.out)
@@ -119,7 +119,7 @@ def _cmd_partition_figures(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_timing(a: argparse.Namespace) -> int:
+def cmd_timing(a: argparse.Namespace) -> int:
     import json
 
     from ..pipeline.cells import load_cells
@@ -128,7 +128,7 @@ def _cmd_timing(a: argparse.Namespace) -> int:
 
     results = Path(a.results)
     profile = a.profile or results.name
-    _out_file(a.out)
+    out_file(a.out)
     cells = load_cells(a.paper_dir)
     t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells, seeds=a.seed)
     text = json.dumps(t, indent=2)
@@ -139,7 +139,7 @@ def _cmd_timing(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_targets(a: argparse.Namespace) -> int:
+def cmd_targets(a: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
@@ -149,7 +149,7 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     from ..pipeline.tidy import seeds_present
 
     results = Path(a.results)
-    _out_file(a.out)
+    out_file(a.out)
     cells = load_cells(a.paper_dir)
     seeds = a.seed or sorted({s for c in cells for s in seeds_present(results, c.cell_id)})
     if not seeds:
@@ -166,14 +166,14 @@ def _cmd_targets(a: argparse.Namespace) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
-def _cmd_unlock(a: argparse.Namespace) -> int:
+def cmd_unlock(a: argparse.Namespace) -> int:
     from ..pipeline.snakelock import unlock_if_stale
 
     print(f"lpdl unlock: {unlock_if_stale(a.directory)}")
     return 0
 
 
-def _workflow_config(a: argparse.Namespace):
+def workflow_config(a: argparse.Namespace):
     """(config, working directory, cells) of `snakemake [--directory D] [--configfile F] [--config K=V]`:
     the config resolved as Snakemake resolves it; its relative paths start in the working directory."""
     from ..pipeline.cells import load_cells
@@ -184,7 +184,7 @@ def _workflow_config(a: argparse.Namespace):
     return cfg, root, load_cells(root / cfg["paper_dir"] if cfg["paper_dir"] else None, tables=cfg["tables"])
 
 
-def _cmd_plan(a: argparse.Namespace) -> int:
+def cmd_plan(a: argparse.Namespace) -> int:
     """The paper profile's GPU-hour bill for the workflow's config (read as Snakemake reads it)."""
     import json
 
@@ -193,8 +193,8 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     from ..pipeline.runtime import StepTimes, step_kind
     from ..pipeline.wfconfig import modes
 
-    _out_file(a.out)
-    cfg, root, cells = _workflow_config(a)
+    out_file(a.out)
+    cfg, root, cells = workflow_config(a)
     copies = len(cfg["seeds"]) * len(modes(cfg))
     if cfg["profile"] != "paper":
         print(f"lpdl plan: the {cfg['profile']} profile trains on this machine's CPUs and asks for no GPU "
@@ -235,13 +235,13 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_status(a: argparse.Namespace) -> int:
+def cmd_status(a: argparse.Namespace) -> int:
     """Whether the run folders, runs.csv and the report match the workflow's config (read as
     Snakemake reads it); exit 0 when everything the config names is current, 1 otherwise."""
     from ..pipeline.grids import load_grid
     from ..pipeline.status import config_status
 
-    cfg, root, cells = _workflow_config(a)
+    cfg, root, cells = workflow_config(a)
     grids = {name: load_grid(name, root).cells for name in dict.fromkeys(cfg.get("extensions") or ())}
     current = True
     for st in config_status(cfg, cells, grids, root):

@@ -12,7 +12,7 @@ from ..executor_specs import executor_spec
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 
 
-def _fidelity(a: argparse.Namespace):
+def fidelity_of(a: argparse.Namespace):
     """The run's Fidelity: from --fidelity-json (typed JSON values, as the workflow passes them) or
     from --fidelity KEY=VALUE strings (each value spelled exactly as one of the allowed ones)."""
     import json
@@ -30,7 +30,7 @@ def _fidelity(a: argparse.Namespace):
     return Fidelity.from_mapping(values)
 
 
-def _cmd_train(a: argparse.Namespace) -> int:
+def cmd_train(a: argparse.Namespace) -> int:
     """One cell, or several in one process (a Snakemake bundle: the torch import and data load
     are paid once). Each cell keeps its own run folder, checkpoint and resume. In the mini
     profile a cell whose run is identical to an earlier listed cell's is not trained again
@@ -58,7 +58,7 @@ def _cmd_train(a: argparse.Namespace) -> int:
     if len(set(a.cell)) > 1 and "{cell}" not in a.out:
         raise LpdlError("--out must contain {cell} when several --cell are given "
                         "(e.g. results/mini/runs/{cell}/seed1234)")
-    fidelity = _fidelity(a)
+    fidelity = fidelity_of(a)
     from ..compat import RunOptions, incompatible
 
     why = incompatible(RunOptions(executor=a.executor, compile=a.compile, fused_quant=a.fused_quant,

@@ -38,7 +38,7 @@ IMAGENETTE_VAL = (387, 395, 357, 386, 409, 394, 389, 419, 399, 390)   # imagenet
 Progress = Callable[[str, int, int], None]
 
 
-def _count(n: int, scale: float) -> int:
+def scaled_count(n: int, scale: float) -> int:
     return max(1, round(n * scale))
 
 
@@ -112,7 +112,7 @@ def write_cifar(root: Path, name: str, scale: float = 1.0, progress: Progress | 
 
     rng = np.random.default_rng([FORMAT, REHEARSED.index(name)])
     classes = 10 if name == "cifar10" else 100
-    n_train, n_test = _count(50_000, scale), _count(10_000, scale)
+    n_train, n_test = scaled_count(50_000, scale), scaled_count(10_000, scale)
     folder = root / name / ("cifar-10-batches-py" if name == "cifar10" else "cifar-100-python")
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -157,8 +157,8 @@ def write_imagenette(root: Path, scale: float = 1.0, progress: Progress | None =
     from .imagenette import FOLDER_NAME, OFFICIAL_TRAIN_SIZES, WNIDS
 
     rng = np.random.default_rng([FORMAT, REHEARSED.index("imagenette")])
-    counts = {"train": [_count(n, scale) for n in OFFICIAL_TRAIN_SIZES],
-              "val": [_count(n, scale) for n in IMAGENETTE_VAL]}
+    counts = {"train": [scaled_count(n, scale) for n in OFFICIAL_TRAIN_SIZES],
+              "val": [scaled_count(n, scale) for n in IMAGENETTE_VAL]}
     total, done = sum(map(sum, counts.values())), 0
     for split, per_class in counts.items():
         for c, (wnid, n) in enumerate(zip(WNIDS, per_class)):
@@ -204,7 +204,7 @@ def write_agnews(root: Path, scale: float = 1.0) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     out = {}
     for split, size in SIZES.items():
-        n = _count(size, scale)
+        n = scaled_count(size, scale)
         labels = _balanced(n, 4, rng)
         with open(folder / f"{split}.csv", "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f, quoting=csv.QUOTE_ALL)
@@ -230,7 +230,7 @@ def write_sentlen(root: Path, scale: float = 1.0) -> dict:
     out = {}
     with open(path, "w", encoding="utf-8") as f:
         for split, size in SIZES.items():
-            n = _count(size, scale)
+            n = scaled_count(size, scale)
             for y in _balanced(n, len(BIN_EDGES), rng):
                 lo, hi = BIN_EDGES[int(y)]
                 f.write(f"{split}\t{int(y)}\t{_sentence(rng, vocab, int(rng.integers(lo, hi + 1)))}\n")

@@ -16,17 +16,17 @@ from typing import Callable, Optional
 import torch
 
 from lpdl_core.decentral.compressors import (
-    _dense_bytes,
-    _identity_apply,
-    _keeps_all,
-    _minmax_apply,
-    _minmax_bytes,
-    _qsgd_apply,
-    _qsgd_bytes,
-    _qsgd_exact,
-    _randomk_apply,
-    _sparse_bytes,
-    _topk_apply,
+    dense_bytes,
+    identity_apply,
+    keeps_all,
+    minmax_apply,
+    minmax_bytes,
+    qsgd_apply,
+    qsgd_bytes,
+    qsgd_exact,
+    randomk_apply,
+    sparse_bytes,
+    topk_apply,
     index_bytes as index_bytes,
     kept_count as kept_count,
     kept_indices as kept_indices,
@@ -163,13 +163,13 @@ def kept_counts(layout: Layout, ratio: float) -> list[int]:
 
 # ----------------------------------------------------------------------------- the kinds
 REGISTRY: dict[str, Compressor] = {
-    "identity": Compressor(apply=_identity_apply, wire_bytes=_dense_bytes, identity_when=_always),
-    "topk": Compressor(apply=_topk_apply, wire_bytes=_sparse_bytes, identity_when=_keeps_all,
+    "identity": Compressor(apply=identity_apply, wire_bytes=dense_bytes, identity_when=_always),
+    "topk": Compressor(apply=topk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all,
                        zeroed=True, sparse=True),
-    "randomk": Compressor(apply=_randomk_apply, wire_bytes=_sparse_bytes, identity_when=_keeps_all,
+    "randomk": Compressor(apply=randomk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all,
                           random=True, zeroed=True, sparse=True),
-    "minmax8": Compressor(apply=_minmax_apply, wire_bytes=_minmax_bytes),
-    "qsgd": Compressor(apply=_qsgd_apply, wire_bytes=_qsgd_bytes, identity_when=_qsgd_exact, random=True),
+    "minmax8": Compressor(apply=minmax_apply, wire_bytes=minmax_bytes),
+    "qsgd": Compressor(apply=qsgd_apply, wire_bytes=qsgd_bytes, identity_when=qsgd_exact, random=True),
 }
 
 # kind -> the CompressorCfg fields that a cell's drop fraction and parameter set (CompressorCfg.make)

@@ -61,11 +61,11 @@ def index_bytes(numel: int) -> int:
 
 
 # ----------------------------------------------------------------------------- identity
-def _identity_apply(x, out, u, cfg) -> None:
+def identity_apply(x, out, u, cfg) -> None:
     out.copy_(x)
 
 
-def _dense_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
+def dense_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
     """value_bytes·m: every value, no indices (the receiver knows the layout)."""
     return value_bytes * m
 
@@ -86,24 +86,24 @@ def _keep_by_score(x: torch.Tensor, out: torch.Tensor, score: torch.Tensor, rati
     out.scatter_(1, idx, x.gather(1, idx))
 
 
-def _topk_apply(x, out, u, cfg) -> None:
+def topk_apply(x, out, u, cfg) -> None:
     """Top-k: per node the kept_count(m, ratio) largest |x|."""
     _keep_by_score(x, out, x.abs(), cfg.ratio)
 
 
-def _randomk_apply(x, out, u, cfg) -> None:
+def randomk_apply(x, out, u, cfg) -> None:
     """Random-k: the k largest of i.i.d. uniforms is a uniform k-subset without replacement.
     No unbiasing factor m/k (the official random_k does not rescale either)."""
     _keep_by_score(x, out, u, cfg.ratio)
 
 
-def _sparse_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
+def sparse_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
     """k·(value_bytes + index_bytes(m)), k = kept_count(m, ratio); no indices when k == m."""
     k = kept_count(m, cfg.ratio)
     return k * value_bytes if k == m else k * (value_bytes + index_bytes(m))
 
 
-def _keeps_all(cfg: CompressorParams) -> bool:
+def keeps_all(cfg: CompressorParams) -> bool:
     return cfg.ratio == 0.0
 
 
@@ -118,14 +118,14 @@ def minmax_levels(x: torch.Tensor, cfg: CompressorParams) -> tuple[torch.Tensor,
     return lo, scale, torch.round(((x - lo) / scale).clamp(0, levels - 1))
 
 
-def _minmax_apply(x, out, u, cfg) -> None:
+def minmax_apply(x, out, u, cfg) -> None:
     r"""Min-max affine quantization to L = 2^bits levels, nearest rounding, dequantized:
     s = max((hi - lo)/(L - 1), 1e-8), C(x) = lo + s·round(clamp((x - lo)/s, 0, L - 1))."""
     lo, scale, q = minmax_levels(x, cfg)
     out.copy_(q * scale + lo)
 
 
-def _minmax_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
+def minmax_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
     """ceil(m·bits/8) packed levels + 8 (min and scale as float32)."""
     return math.ceil(m * cfg.bits / 8) + 2 * 4
 
@@ -149,7 +149,7 @@ def qsgd_value(sign: torch.Tensor, norm: torch.Tensor, level: torch.Tensor, cfg:
     return q / (1.0 + min(m / s ** 2, math.sqrt(m) / s)) if cfg.qsgd_biased else q
 
 
-def _qsgd_apply(x, out, u, cfg) -> None:
+def qsgd_apply(x, out, u, cfg) -> None:
     r"""QSGD: C(x) = sign(x)·||x||·ξ/s, ξ = stochastic rounding of s|x|/||x|| (up with probability
     its fractional part, so unbiased); biased: also divided by 1 + min(m/s², √m/s). An all-zero
     tensor maps to zeros where the official code would produce NaN."""
@@ -157,11 +157,11 @@ def _qsgd_apply(x, out, u, cfg) -> None:
     out.copy_(qsgd_value(torch.sign(x), norm, level, cfg))
 
 
-def _qsgd_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
+def qsgd_bytes(m: int, cfg: CompressorParams, value_bytes: int) -> int:
     """4 (norm, float32) + ceil(m·(level + 1)/8): level bits plus a sign bit per scalar."""
     bits_per_level = math.ceil(math.log2(cfg.qsgd_s + 1))  # == qsgd_level
     return 4 + math.ceil(m * (bits_per_level + 1) / 8)
 
 
-def _qsgd_exact(cfg: CompressorParams) -> bool:
+def qsgd_exact(cfg: CompressorParams) -> bool:
     return cfg.qsgd_level == 32  # official: level 32 returns the tensor unchanged

@@ -61,7 +61,7 @@ def needs(cells: Iterable, profile: str, *, fidelities: Iterable[Fidelity] = (Fi
           data_root: str | None = None) -> tuple[Need, ...]:
     """Every dataset and hub repository the cells' runs load in `profile`, in any of the fidelity
     modes, by plan_cell: hub repositories first (the text datasets' tokenizer is one)."""
-    from .runcell import plan_cell
+    from .plan import plan_cell
 
     cells = list(cells)
     datasets: dict[tuple, list] = {}

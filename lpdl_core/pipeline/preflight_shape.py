@@ -4,7 +4,7 @@ SPEC_JSON`, so that the peak memory it reports is that shape's alone).
 
 A shape is what a paper job's step costs: the model, dataset, precision, executor, nodes, pack
 size and compile of a representative cell of the job. Measured with the run's own pieces: the
-cell's plan (lpdl_core.pipeline.runcell.plan_cell: model, graph, gossip, optimizer, batch), the
+cell's plan (lpdl_core.pipeline.plan.plan_cell: model, graph, gossip, optimizer, batch), the
 real loader reading the data root (`lpdl rehearsal-data` writes one offline), the simulator the
 train loop builds, and its batches made as the train loop makes them (index the node-stacked
 uint8 tensors, copy to the device, augment there):
@@ -44,7 +44,7 @@ def measure(spec: dict) -> dict:
     from ..decentral.engine import EngineCfg, Simulator
     from ..decentral.engine.packed import PackedSimulator, PackMember
     from .cell import Cell
-    from .runcell import plan_cell
+    from .plan import plan_cell
     from ..quant.params import ParamQuant
 
     cell = Cell(**spec["cell"])

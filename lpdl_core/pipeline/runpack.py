@@ -20,7 +20,8 @@ from ..config import Fidelity
 from ..errors import LpdlError
 from .cell import Cell
 from .jobs import pack_key
-from .runcell import Plan, finished_run, plan_cell, run_cell, run_config, write_run
+from .plan import Plan, plan_cell
+from .runcell import finished_run, run_cell, run_config, write_run
 from .runlock import hold_run_folder
 
 PACK_CHECKPOINT = "checkpoint.pack.pt"

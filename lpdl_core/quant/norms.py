@@ -1,13 +1,9 @@
-r"""Normalization layers for full-precision and 8-bit training (paper Sec. 3;
-docs/paper-vs-code.md, 'EvoNorm-S0 and Range EvoNorm').
-
-The paper ("Low Precision Decentralized Distributed Training with Heterogeneous Data", Aketi,
-Kodge, Roy 2021) replaces BatchNorm + ReLU by EvoNorm-S0 (Liu et al. 2020) in full precision and
-by its own **Range EvoNorm** at 8 bits: EvoNorm-S0 with the per-sample group standard deviation
-replaced by a scaled range of the activations (the trick of Banner et al.'s Range BN) and the
-sigmoid replaced by a hard sigmoid, so no exp, square or square root is needed. Both use sample
-statistics only, which is why they survive heterogeneous (non-IID) data across nodes where
-batch statistics diverge.
+r"""Normalization layers for full-precision and 8-bit training (paper Sec. 3; docs/paper-vs-code.md,
+'EvoNorm-S0 and Range EvoNorm'). The paper replaces BatchNorm + ReLU by EvoNorm-S0 (Liu et al.
+2020) in full precision and by its own **Range EvoNorm** at 8 bits: EvoNorm-S0 with the per-sample
+group standard deviation replaced by a scaled range of the activations (Banner et al.'s Range BN
+trick) and the sigmoid by a hard sigmoid, so no exp, square or square root is needed. Both use
+sample statistics only, so they survive heterogeneous (non-IID) data where batch statistics diverge.
 
 Every kind returned by :func:`make_norm` **contains its nonlinearity** (EvoNorm's x·σ(v·x) gate;
 a ReLU after BN/GN/Range BN), so all kinds are drop-in replacements for one another and models

@@ -11,40 +11,32 @@ z_i = x_i / u_i); only the gossip round differs in where the numbers come from:
    sends it. The compressor's uniforms are the simulator's: the same generator (seed + 1) draws
    the whole (n, d) block every round and row i is used, so random-k / QSGD keep the same
    coordinates and roundings at every node.
-2. The packed bytes go to each out-neighbour j (W_ji ≠ 0 at this round's t, so time-varying
-   schedules change the peers) and come from each in-neighbour (`p2p.exchange`); nothing else
-   crosses the wire. With `MESSAGE.catch_up` a message on an edge that was idle carries every
-   payload since its last active round, oldest first; the receiver folds the older ones into its
-   replica (`absorb`), as the simulator's catch-up does.
+2. The packed bytes go to each out-neighbour j (W_ji ≠ 0 at this round's t) and come from each
+   in-neighbour (`p2p.exchange`); nothing else crosses the wire. With `MESSAGE.catch_up` a message
+   on an idle edge carries every payload since its last active round, oldest first, which the
+   receiver folds into its replica (`absorb`), as the simulator's catch-up does.
 3. mix(...) with the received C(v_j), u_j and W's row i restricted to i and its in-neighbours: the
    same function the simulator runs on all n rows (the r = 1 receiver form of `algorithms.base`).
 
 Global RNG (loop_rng=True, CPU). The loop executor draws every node's random numbers (8-bit
-stochastic rounding, dropout masks, ...) from the one global generator, node after node: node i's
-forward/backward starts after nodes 0..i-1 drew theirs, and all n models were built (n + 1
-initialisations) before the first step. mt19937 cannot jump ahead, so a node replays those draws:
-it builds the n - 1 models it does not need, and at every step issues (without using) the random
-ops of the i nodes before it and of the n - 1 - i after it, of the same shapes as its own (same
-model and batch shape; recorded once on a copy of its model through `noise`, and checked at every
-step). `noise` records and replays (default: `rng_replay.GLOBAL_DRAWS`, every op that draws from
-the global CPU generator). GPU draws are not replayed, so it needs the loop executor for the
-node's own forward/backward on the CPU. Costs (n - 1) times the draws of one node; loop_rng=False
-skips it (each process then draws its own numbers from the same seed).
+rounding, dropout, ...) from the one global generator, node after node, after building all n
+models. mt19937 cannot jump ahead, so a node replays those draws: it builds the n - 1 models it
+does not need, and at every step issues (unused) the random ops of the nodes before and after it,
+of its own shapes (recorded once on a copy of its model through `noise`, default
+`rng_replay.GLOBAL_DRAWS`, and checked at every step). GPU draws are not replayed: the node's own
+forward/backward runs on the CPU loop executor. Costs (n - 1) times one node's draws;
+loop_rng=False skips it (each process then draws its own numbers from the same seed).
 
-Not one of `make_executor`'s names: `loop` and `batched` run the n nodes' forward/backward inside
-one Simulator; this executor replaces the Simulator in each of n processes (`NodeProcess`, its own
-forward/backward on the loop executor).
+Not one of `make_executor`'s: it replaces the Simulator in each of n processes, and runs its own
+node's forward/backward on its spec's node_step (lpdl_core.executor_specs).
 
-Bytes sent are counted from the tensors that left the process; for float32 state they equal the
-simulator's exact byte metric (`compress.message_bytes`). The result equals the loop executor's
-row i up to float summation order in Σ_j W_ij y_j (one dot product of the row instead of the
-(n, n) matmul): tests/test_distributed.py measures it. The averaged model z̄ and the consensus
-distance, for evaluation only, are all-reduced across the ranks. `state_dict` adds the wire's
-state (unsent history, each edge's last active round), so a resumed rank continues the same
-messages (`lpdl_core.training.checkpoint` saves one file per rank).
-
-Training runs use it through `lpdl train --executor distributed`; a cluster's set-up is checked by
-`torchrun --nproc-per-node 4 -m lpdl_core.decentral.engine.selfcheck` (4 ranks against the loop).
+Bytes sent are counted from the tensors that left the process (for float32 state: the exact byte
+metric, `compress.message_bytes`). The result equals the loop executor's row i up to float
+summation order in Σ_j W_ij y_j (tests/test_distributed.py). z̄ and the consensus distance are
+all-reduced for evaluation only. `state_dict` adds the wire's state (unsent history, each edge's
+last active round), so a resumed rank continues the same messages (one checkpoint file per rank).
+Runs use it through `lpdl train --executor distributed`; `torchrun --nproc-per-node 4 -m
+lpdl_core.decentral.engine.selfcheck` checks a cluster's set-up (4 ranks against the loop).
 """
 from __future__ import annotations
 
@@ -75,18 +67,17 @@ PHASES = ("compute", "compression", "communication")  # of a training step, time
 class NodeProcess(Simulator):
     """Node `rank` (default: this process's rank) of `topology` in its own process; the process
     group must be initialized (`p2p.init`), one rank per node. Its attributes are the
-    simulator's with one row: x, u, z (1, d), bytes_sent (1,), ... train_step, forward_round and
-    gossip_round take this node's batch (1, B, ...). timeout_s bounds each wait for a message
-    (None: the process group's timeout); loop_rng, noise (an object with replay(draws) and a
-    record() context yielding the list of draws; default GLOBAL_DRAWS): see the module docstring."""
+    simulator's with one row: x, u, z (1, d), bytes_sent (1,), ...; train_step, forward_round and
+    gossip_round take this node's batch (1, B, ...). timeout_s bounds each wait for a message (None:
+    the group's); loop_rng, noise (replay(draws) and a record() context): the module docstring."""
 
     def __init__(self, make_model, *, topology: Topology, gossip: GossipCfg = GossipCfg(),
                  optim_cfg: OptimCfg = OptimCfg(), engine: EngineCfg = EngineCfg(),
                  loss_fn=F.cross_entropy, rank: int | None = None, timeout_s: float | None = None,
                  loop_rng: bool = True, noise=GLOBAL_DRAWS):
         if not dist.is_initialized():
-            raise ValueError("the distributed executor runs in a process group of one process per node "
-                             "(start it with `lpdl train --executor distributed`, torchrun or srun)")
+            raise ValueError("the distributed executor runs in a process group of one process per node (start "
+                             "it with `lpdl train --executor distributed`, torchrun or srun)")
         self.rank = dist.get_rank() if rank is None else rank
         if dist.get_world_size() != topology.n:
             raise ValueError(f"{topology.n} nodes need {topology.n} processes, got {dist.get_world_size()}")
@@ -299,9 +290,7 @@ class NodeProcess(Simulator):
             for m in missed:  # payloads of rounds this edge was idle, oldest first
                 state = algo.absorb(state, b, self._unpack(m)[0])
             c[b], u_b = self._unpack(last)
-            if u_b is not None:
-                u[b] = u_b
-            self._last_in[j] = t
+            u[b], self._last_in[j] = (u[b] if u_b is None else u_b), t
         self._tick("compression", t0)
         u_in = u if algo.MESSAGE.push_sum_weight else self.u
         r = algo.mix(state, v=v, c=c, x=self.x, x_tilde=x_tilde, u=u_in, W=W, t=t, cfg=cfg)
