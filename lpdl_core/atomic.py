@@ -1,5 +1,5 @@
 """Atomic writes of regular files: the one writer behind every result, table, manifest and
-checkpoint lpdl writes (torch-free).
+checkpoint lpdl writes, and its text and standard-JSON forms (torch-free).
 
 A write goes to a temp file in the destination's folder, is flushed to disk, then renamed over the
 destination (os.replace): a reader, or a rerun after kill -9, sees the old file or the new one,
@@ -13,12 +13,16 @@ never half of one. Two rules keep that rename from hurting the machine or hiding
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Mapping
+
+import numpy as np
 
 from .errors import NotRegularFile, WriteFailed
 
@@ -113,3 +117,39 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     with replacing(path) as f:
         f.write(data)
     return Path(path)
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> Path:
+    """`text` (UTF-8) as the content of `path`, atomically and only over a regular file
+    (lpdl_core.atomic): NotRegularFile or WriteFailed in one line naming the path otherwise."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def finite(obj):
+    """obj with every non-finite float (NaN, inf) replaced by None, so the JSON is standard."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def write_json(path, obj) -> Path:
+    """Standard JSON (strict parsers accept it): non-finite floats become null."""
+    plain = json.loads(json.dumps(obj, default=_jsonable))  # numpy / dataclasses -> plain types
+    return write_atomic(path, json.dumps(finite(plain), indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if hasattr(o, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")

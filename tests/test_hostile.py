@@ -1164,7 +1164,7 @@ def _writers():
 
     from lpdl_core.decentral.partition import write_histograms
     from lpdl_core.pipeline.prefetch import write_manifest
-    from lpdl_core.pipeline.results import write_atomic, write_json
+    from lpdl_core.atomic import write_atomic, write_json
     from lpdl_core.training.checkpoint import save_atomic
 
     return {

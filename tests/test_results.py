@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from lpdl_core.pipeline.results import partition_rows, write_atomic, write_json, write_rows
+from lpdl_core.atomic import write_atomic, write_json
+from lpdl_core.pipeline.results import partition_rows, write_rows
 
 
 def test_json_and_csv_roundtrip(tmp_path):

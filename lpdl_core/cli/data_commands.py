@@ -80,7 +80,8 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
     from ..pipeline.preflight import run_preflight
     from ..pipeline.resources import Planner
-    from ..pipeline.results import git, write_atomic
+    from ..atomic import write_atomic
+    from ..provenance import git
     from ..pipeline.runtime import StepTimes, step_kind
     from .args import out_file
     from .pipeline_commands import workflow_config

@@ -102,7 +102,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
     text = json.dumps(res, indent=2)
     print(text)
     if a.out:
-        from ..pipeline.results import write_atomic
+        from ..atomic import write_atomic
         write_atomic(a.out, text + "\n")
     return 0
 

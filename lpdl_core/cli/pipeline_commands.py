@@ -98,7 +98,7 @@ def cmd_cost(a: argparse.Namespace) -> int:
     out_file(a.out)
     text = json.dumps(figure3_cost(device=a.device), indent=1)
     if a.out:
-        from ..pipeline.results import write_atomic
+        from ..atomic import write_atomic
         write_atomic(a.out, text + "\n")
     print(text)
     return 0
@@ -133,7 +133,7 @@ def cmd_timing(a: argparse.Namespace) -> int:
     t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells, seeds=a.seed)
     text = json.dumps(t, indent=2)
     if a.out:
-        from ..pipeline.results import write_atomic
+        from ..atomic import write_atomic
         write_atomic(a.out, text + "\n")
     print(text)
     return 0
@@ -160,7 +160,7 @@ def cmd_targets(a: argparse.Namespace) -> int:
     print(f"did not learn (within {LEARNED_MARGIN:g} points of chance): {len(flat)} runs"
           + "".join(f"\n    {c} seed {s}: {v:.2f}" for c, s, v in flat))
     if a.out:
-        from ..pipeline.results import write_atomic
+        from ..atomic import write_atomic
         write_atomic(a.out, json.dumps({"seeds": seeds, "checks": [asdict(c) for c in checks],
                                         "did_not_learn": flat}, indent=2) + "\n")
     return 0 if all(c.ok for c in checks) else 1
@@ -189,7 +189,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
     import json
 
     from ..pipeline.bill import price
-    from ..pipeline.results import write_atomic
+    from ..atomic import write_atomic
     from ..pipeline.runtime import StepTimes, step_kind
     from ..pipeline.wfconfig import modes
 

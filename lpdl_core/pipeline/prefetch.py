@@ -263,6 +263,6 @@ def manifest_serves(path: str | os.PathLike, request: Mapping) -> bool:
 
 def write_manifest(manifest: dict, path: str | os.PathLike) -> Path:
     """Atomically (a reader sees the old manifest or the new one, never half of one)."""
-    from .results import write_atomic
+    from ..atomic import write_atomic
 
     return write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")

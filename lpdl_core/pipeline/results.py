@@ -3,42 +3,15 @@ a killed job never leaves a half-written metrics file that a rerun would trust."
 from __future__ import annotations
 
 import csv
-import functools
-import hashlib
 import io
-import json
-import math
 import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..atomic import write_bytes
-from ..config import PACKAGE_DIR
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """`text` (UTF-8) as the content of `path`, atomically and only over a regular file
-    (lpdl_core.atomic): NotRegularFile or WriteFailed in one line naming the path otherwise."""
-    return write_bytes(path, text.encode("utf-8"))
-
-
-def finite(obj):
-    """obj with every non-finite float (NaN, inf) replaced by None, so the JSON is standard."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
-
-
-def write_json(path, obj) -> Path:
-    """Standard JSON (strict parsers accept it): non-finite floats become null."""
-    plain = json.loads(json.dumps(obj, default=_jsonable))  # numpy / dataclasses -> plain types
-    return write_atomic(path, json.dumps(finite(plain), indent=2, sort_keys=True, allow_nan=False) + "\n")
+from ..atomic import write_atomic, write_json
+from ..provenance import provenance
 
 
 # the columns of a run's curve.csv (one row per epoch; lpdl_core.training.train writes the rows)
@@ -65,56 +38,6 @@ def partition_rows(hist: np.ndarray, class_names: tuple[str, ...] = ()) -> list[
     names = list(class_names) if len(class_names) == hist.shape[1] else [f"c{c}" for c in range(hist.shape[1])]
     return [{"node": i, **{n: int(v) for n, v in zip(names, row)}, "total": int(row.sum())}
             for i, row in enumerate(hist)]
-
-
-def _jsonable(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if hasattr(o, "__dataclass_fields__"):
-        from dataclasses import asdict
-        return asdict(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
-
-
-def git(*args: str) -> str | None:
-    """A git command's output in the library's own checkout (None outside one). Torch-free."""
-    import subprocess
-
-    try:
-        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=10,
-                              cwd=PACKAGE_DIR, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-@functools.cache
-def code_sha256() -> str:
-    """sha256 over the library's Python sources (paths and contents), git or not: kept copies of
-    finished runs are restored only for the same library code."""
-    h = hashlib.sha256()
-    for p in sorted(PACKAGE_DIR.rglob("*.py")):
-        h.update(p.relative_to(PACKAGE_DIR).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def provenance() -> dict:
-    """Git SHA (and dirty flag), versions and devices, stored with every run."""
-    import platform
-
-    import torch
-
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"git_sha": git("rev-parse", "HEAD"), "git_dirty": bool(status) if status is not None else None,
-            "code_sha256": code_sha256(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "device_name": (torch.cuda.get_device_name() if torch.cuda.is_available()
-                            else platform.processor() or platform.machine())}
 
 
 def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names: tuple[str, ...] = (),

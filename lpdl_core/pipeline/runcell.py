@@ -121,7 +121,7 @@ def share_run(cell: Cell, primary: Cell, primary_dir: str | Path, out_dir: str |
     relabelled with this cell's identity and `config.same_run_as` = the primary's id. Nothing
     is trained. Like run_cell, a finished out_dir is returned only if it is this run."""
     from .mini import run_key
-    from .results import write_json
+    from ..atomic import write_json
     from .runstore import ARTIFACTS, keep_run, read_run_metrics, run_identity
 
     out, src = Path(out_dir), Path(primary_dir)

@@ -36,7 +36,7 @@ from .cells import EXTENSION_DEFAULTS
 from .mini import protocol
 from .own_momentum import identity_part
 from ..errors import ConfigError, CorruptFile, RunMismatch
-from .results import code_sha256
+from ..provenance import code_sha256
 
 # Cell fields that do not change what a run computes, those without the "identity" role: paper_acc,
 # notes, seed (the identity's own key) and id_suffix (a grid's id suffix is in the id itself).

@@ -174,7 +174,7 @@ def read_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, s
 
 def write_frame(df: pd.DataFrame, path: str | Path, **kw) -> Path:
     """A frame as CSV, written atomically (a kill mid-write leaves the previous file)."""
-    from .results import write_atomic
+    from ..atomic import write_atomic
 
     return write_atomic(path, df.to_csv(index=kw.pop("index", False), lineterminator="\n", **kw))
 

@@ -17,7 +17,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
-from ..pipeline.results import git, write_atomic, write_json
+from ..atomic import write_atomic, write_json
+from ..provenance import git
 from ..pipeline.shapes import block_title
 from .claims import check_claims
 from .data import cell_classes, load_grids_data, load_report_data, per_seed_acc

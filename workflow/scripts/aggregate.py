@@ -23,7 +23,7 @@ with open(sm.log[0], "w") as log:
                                   tables=[grid] if grid else cfg["tables"], seeds=cfg["seeds"],
                                   fidelity=sm.params.fidelity, warn=warn, paper_shape=not grid)
         if grid:  # the grid's axes and each cell's labels, for its report section
-            from lpdl_core.pipeline.results import write_json
+            from lpdl_core.atomic import write_json
             from lpdl_core.report.grids import spec_dict
 
             write_json(sm.output.grid, spec_dict(load_grid(grid)))
