@@ -178,7 +178,7 @@ def test_no_literal_type_repeats_a_vocabulary():
 
 def test_the_distributed_timeout_has_one_home():
     from lpdl_core.cli import args
-    from lpdl_core.pipeline import ranks
-    assert args.DEFAULT_TIMEOUT_S == ranks.DEFAULT_TIMEOUT_S == config.DEFAULT_DIST_TIMEOUT_S
+    from lpdl_core.training import group
+    assert args.DEFAULT_TIMEOUT_S == group.DEFAULT_TIMEOUT_S == config.DEFAULT_DIST_TIMEOUT_S
     schema = with_vocabulary(yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text()))
     assert schema["properties"]["dist_timeout"]["default"] == config.DEFAULT_DIST_TIMEOUT_S

@@ -137,27 +137,29 @@ def test_only_node_process_runs_distributed():
 
 def test_launch_helpers():
     from lpdl_core import cli
-    from lpdl_core.pipeline import ranks
+    from lpdl_core.cli import launch
+    from lpdl_core.pipeline.slurm_env import slurm_master_env
+    from lpdl_core.training import group
 
-    assert cli.DEFAULT_TIMEOUT_S == ranks.DEFAULT_TIMEOUT_S
-    assert not ranks.in_group({})
-    assert ranks.in_group({"RANK": "0"})
-    assert ranks.in_group({"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4"})
+    assert cli.DEFAULT_TIMEOUT_S == group.DEFAULT_TIMEOUT_S
+    assert not group.in_group({})
+    assert group.in_group({"RANK": "0"})
+    assert group.in_group({"SLURM_PROCID": "3", "SLURM_STEP_NUM_TASKS": "4"})
     # the batch script of a job of 4 tasks is one process, not a rank
-    assert not ranks.in_group({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"})
-    argv = ranks.torchrun_argv(4, ["train", "--cell", "x"], python="py")
+    assert not group.in_group({"SLURM_PROCID": "0", "SLURM_NTASKS": "4"})
+    argv = launch.torchrun_argv(4, ["train", "--cell", "x"], python="py")
     assert argv == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
                     "--max-restarts=0", "-m", "lpdl_core", "train", "--cell", "x"]
-    assert ranks.child_env(4, environ={"OMP_NUM_THREADS": "8"})["OMP_NUM_THREADS"] == "2"
-    assert ranks.child_env(4, environ={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "1"
-    env = ranks.slurm_master_env({"SLURM_JOB_ID": "123457"})
+    assert launch.child_env(4, environ={"OMP_NUM_THREADS": "8"})["OMP_NUM_THREADS"] == "2"
+    assert launch.child_env(4, environ={"OMP_NUM_THREADS": "2"})["OMP_NUM_THREADS"] == "1"
+    env = slurm_master_env({"SLURM_JOB_ID": "123457"})
     assert env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(20000 + 123457 % 20000)}
-    assert ranks.slurm_master_env({"MASTER_ADDR": "h", "MASTER_PORT": "1"}) == {}
+    assert slurm_master_env({"MASTER_ADDR": "h", "MASTER_PORT": "1"}) == {}
 
 
 def test_group_outside_a_launch(monkeypatch):
     from lpdl_core.errors import LpdlError
-    from lpdl_core.pipeline.ranks import Group
+    from lpdl_core.training.group import Group
 
     g = Group.join("loop")
     assert (g.rank, g.world, g.distributed) == (0, 1, False) and g.first(lambda: 7) == 7
@@ -255,7 +257,7 @@ def test_selfcheck_under_torchrun():
     every rank matches the loop simulator and says so."""
     import subprocess
 
-    from lpdl_core.pipeline.ranks import child_env
+    from lpdl_core.cli.launch import child_env
 
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
                         "-m", "lpdl_core.decentral.engine.selfcheck", "--check", "--algorithm", "choco",

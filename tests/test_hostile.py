@@ -1604,7 +1604,7 @@ Root Cause (first observed failure):
 
 
 def test_rank_log_console_shows_rank0_lpdl_lines_and_failure_names_the_killed_rank(capsys, tmp_path):
-    from lpdl_core.pipeline.ranklog import RankLog
+    from lpdl_core.cli.ranklog import RankLog
 
     log = RankLog(tmp_path / ".logs" / "x.log", "header")
     log.line("stdout", "[rank0] [c] ok: mean node acc 90.00\n")

@@ -9,7 +9,7 @@ from ..config import DEFAULT_DIST_TIMEOUT_S, MAX_BATCH, MAX_DEMO_EPOCHS, MAX_DIS
 
 # Upper bounds that stop absurd sizes before anything is allocated: lpdl_core.config's MAX_*, the
 # one home of each limit (the workflow config and the cells CSVs check the same ones).
-DEFAULT_TIMEOUT_S = DEFAULT_DIST_TIMEOUT_S  # lpdl_core.config's, as pipeline.ranks uses it
+DEFAULT_TIMEOUT_S = DEFAULT_DIST_TIMEOUT_S  # lpdl_core.config's, as training.group uses it
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

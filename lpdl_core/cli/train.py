@@ -68,7 +68,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
     shared = same_runs(todo) if a.profile == "mini" else {}
     out_of = lambda cid: a.out.replace("{cell}", cid)  # noqa: E731
-    from ..pipeline.ranks import in_group
+    from ..training.group import in_group
 
     if a.reuse_runs and not in_group():  # this process, or the launcher: the ranks find them finished
         reused = _reuse_paper_runs(a, [c for c in todo if c.cell_id not in shared], out_of, fidelity)
@@ -77,7 +77,8 @@ def cmd_train(a: argparse.Namespace) -> int:
             return 0
     group = None
     if executor_spec(a.executor).per_node_process:
-        from ..pipeline.ranks import Group, die_with_torchrun
+        from ..training.group import Group
+        from .launch import die_with_torchrun
 
         if not in_group():
             return _launch_ranks(a, todo)
@@ -162,18 +163,19 @@ def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
 
 def _launch_ranks(a: argparse.Namespace, todo) -> int:
     """`lpdl train --executor distributed` started by hand: the same command in n processes, one
-    per node, under torchrun (lpdl_core.pipeline.ranks), which die with this process. Refused in
+    per node, under torchrun (lpdl_core.cli.launch), which die with this process. Refused in
     one line (exit 2) before any process starts if a live run writes one of the run folders
     (lpdl_core.pipeline.runlock). The console shows rank 0's output; everything goes to the log
-    (lpdl_core.pipeline.ranklog). A failure is one line naming the rank, how to resume and the
+    (lpdl_core.cli.ranklog). A failure is one line naming the rank, how to resume and the
     log; exit status 1 for a failed rank (2 if it gave its own lpdl error), 128 + the signal
     (130: Ctrl-C) when interrupted."""
     import os
     import shutil
     import time
 
-    from ..pipeline.ranklog import RankLog, log_path, torchrun_options
-    from ..pipeline.ranks import LAUNCHER_ENV, child_env, run_children, torchrun_argv
+    from ..training.group import LAUNCHER_ENV
+    from .launch import child_env, run_children, torchrun_argv
+    from .ranklog import RankLog, log_path, torchrun_options
     from ..pipeline.runlock import refuse_live_run
     from ..pipeline.runstore import check_writable_dir
 

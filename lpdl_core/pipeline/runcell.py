@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..training.train import train
 from .cell import Cell
 from .plan import Plan, plan_cell
-from .ranks import Group
+from ..training.group import Group
 from .runlock import holds_run_folder
 from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
@@ -32,7 +32,7 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     not what it computes: same run identity). fused_quant: the 8-bit quantizers as fused kernels
     in eager steps (engine.fused_quant; also how it runs, not what it computes).
     With a one-process-per-node executor (distributed) this process is one of the cell's n ranks
-    (`group`, joined if not given: lpdl_core.pipeline.ranks); rank 0 checks and writes the run folder.
+    (`group`, joined if not given: lpdl_core.training.group); rank 0 checks and writes the run folder.
 
     A finished run in out_dir is returned only if it is this run (same cell, seed, profile,
     defining settings and fidelity); anything else is a RunMismatch or CorruptFile naming the

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from ..errors import LpdlError
 from ..executor_specs import DEFAULT_EXECUTOR, executor_spec
-from .ranks import LAUNCHER_ENV
+from ..training.group import LAUNCHER_ENV
 
 try:
     import fcntl

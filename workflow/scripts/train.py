@@ -41,7 +41,7 @@ if executor_spec(cfg["executor"]).per_node_process:
     argv += ["--dist-timeout", str(cfg["dist_timeout"])]  # the schema's default when unset
     tasks = int(sm.resources.get("tasks", 1) or 1)
     if tasks > 1 and "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) >= tasks:
-        from lpdl_core.pipeline.ranks import slurm_master_env
+        from lpdl_core.pipeline.slurm_env import slurm_master_env
 
         os.environ.update(slurm_master_env())
         os.environ["OMP_NUM_THREADS"] = str(max(1, int(os.environ.get("SLURM_CPUS_PER_TASK", "1"))))

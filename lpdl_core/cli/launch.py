@@ -1,16 +1,9 @@
-"""How a training command runs its cells on the distributed executor: n processes, one per node.
+"""How `lpdl train --executor distributed` runs its cells: n processes, one per node.
 
-`lpdl train --executor distributed` started by hand (no rank of its own) starts its n processes
-with `torchrun` (`torchrun_argv`, `run_children`): the same command, once per node, on this
-host. Started as one of them, by torchrun or by `srun -n N` in a SLURM job of N tasks (the
-workflow's train job; `slurm_master_env` names the rendezvous host), it joins the group through
-the standard env:// rendezvous (`Group.join`, lpdl_core.decentral.p2p) and trains node `rank`.
-
-Everything that writes a run folder (finished-run checks, restoring kept copies, the result
-files) happens on rank 0 only (`Group.first`), and the other ranks take its answer, or its
-error, from a broadcast. A rank that dies or stops answering fails the job within the timeout
-(torchrun and `srun --kill-on-bad-exit` stop the others at once; every message wait and
-collective is bounded by `timeout_s`).
+Started by hand (no rank of its own), it starts its n processes with `torchrun` (`torchrun_argv`,
+`run_children`): the same command, once per node, on this host. Started as one of them, by
+torchrun or by `srun -n N` in a SLURM job of N tasks (the workflow's train job), it joins the
+group (lpdl_core.training.group) and trains node `rank`.
 
 No orphans: torchrun dies with the `lpdl train` that started it, and each rank with torchrun
 (`die_with_parent`: Linux's parent-death signal), so a launcher killed with kill -9 (an OOM
@@ -26,24 +19,9 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Callable, Mapping, TypeVar
+from typing import Callable, Mapping
 
-from ..config import DEFAULT_DIST_TIMEOUT_S
-from ..executor_specs import executor_spec
-from ..errors import LpdlError
-
-T = TypeVar("T")
-DEFAULT_TIMEOUT_S = DEFAULT_DIST_TIMEOUT_S  # the rendezvous, every message wait and every collective
-LAUNCHER_ENV = "LPDL_LAUNCHER_PID"  # set by `lpdl train` for the ranks it starts: the pid to stop
-
-
-def in_group(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this process is one rank of a started group: torchrun's RANK, or one task of a
-    SLURM step of several tasks (srun -n N). environ: os.environ when not given."""
-    environ = os.environ if environ is None else environ
-    if "RANK" in environ:
-        return True
-    return "SLURM_PROCID" in environ and int(environ.get("SLURM_STEP_NUM_TASKS", "1")) > 1
+from ..training.group import LAUNCHER_ENV
 
 
 def torchrun_argv(nodes: int, args: list[str], python: str = sys.executable,
@@ -156,88 +134,3 @@ def _parent_of(pid: int) -> int | None:
         return None
 
 
-def slurm_master_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """MASTER_ADDR (the job's first host) and MASTER_PORT (from the job id, so two jobs sharing a
-    host differ) for the ranks of a SLURM job, unless already set. environ: os.environ when not given."""
-    environ = os.environ if environ is None else environ
-    out = {}
-    if "MASTER_ADDR" not in environ:
-        nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-        host = None
-        if nodelist:
-            try:
-                host = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                                      text=True, timeout=30, check=True).stdout.split()[0]
-            except (OSError, subprocess.SubprocessError, IndexError):
-                host = None
-        out["MASTER_ADDR"] = host or "127.0.0.1"
-    if "MASTER_PORT" not in environ:
-        out["MASTER_PORT"] = str(20000 + int(environ.get("SLURM_JOB_ID", "0")) % 20000)
-    return out
-
-
-@dataclass
-class Group:
-    """This process's place among the run's processes: rank 0 of 1 for the in-process executors."""
-
-    rank: int = 0
-    world: int = 1
-    distributed: bool = False
-
-    @classmethod
-    def join(cls, executor: str, *, device: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> "Group":
-        """The group of this run: joined once (env://) for the distributed executor; NCCL when the
-        ranks train on CUDA (each on GPU LOCAL_RANK mod the GPUs it sees), gloo otherwise."""
-        if not executor_spec(executor).per_node_process:
-            return cls()
-        import torch
-        import torch.distributed as dist
-
-        from ..decentral import p2p
-        from ..decentral.engine import resolve_device
-
-        if not dist.is_initialized():
-            if not in_group():
-                raise LpdlError("the distributed executor runs as one of n processes: start it with "
-                                "`lpdl train --executor distributed` (it starts them), torchrun or srun -n N")
-            cuda = resolve_device(device).type == "cuda"
-            if cuda:
-                p2p.env_from_slurm()
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-            p2p.init(p2p.P2PCfg(backend="nccl" if cuda else "gloo", timeout_s=timeout_s))
-        return cls(rank=dist.get_rank(), world=dist.get_world_size(), distributed=True)
-
-    def first(self, fn: Callable[[], T]) -> T:
-        """fn() on rank 0; every rank returns its value, or raises its LpdlError/ValueError/OSError
-        (the other ranks as an LpdlError with the same message)."""
-        if not self.distributed:
-            return fn()
-        import torch.distributed as dist
-
-        box: list = [None]
-        err = None
-        if self.rank == 0:
-            try:
-                box[0] = ("ok", fn())
-            except (LpdlError, ValueError, OSError) as e:
-                err, box[0] = e, ("error", str(e))
-        dist.broadcast_object_list(box, src=0)
-        if err is not None:
-            raise err
-        kind, value = box[0]
-        if kind == "error":
-            raise LpdlError(value)
-        return value
-
-    def barrier(self) -> None:
-        if self.distributed:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def leave(self) -> None:
-        if self.distributed:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
