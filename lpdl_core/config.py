@@ -16,6 +16,8 @@ from typing import Any, Mapping
 from .errors import ConfigError
 # the executors (how a run's n nodes are computed; the same math), re-exported: lpdl_core.executor_specs
 from .executor_specs import DEFAULT_EXECUTOR, EXECUTORS, IN_PROCESS_EXECUTORS  # noqa: F401
+# the gossip compressors a cell names, re-exported: lpdl_core.compressor_specs
+from .compressor_specs import COMPRESSORS  # noqa: F401
 
 # ---- the vocabulary ----------------------------------------------------------------------------
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
@@ -81,7 +83,6 @@ GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "com
           "time-varying-exponential", "random-directed")
 ALGORITHMS = ("dpsgd", "ds", "choco", "bagua-lp", "adagossip", "gut")
 UNCOMPRESSED_ALGORITHMS = ("dpsgd", "gut")  # send whole models or updates: no compressor, η = 1
-COMPRESSORS = ("identity", "topk", "randomk", "minmax8", "qsgd")
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")

@@ -124,12 +124,25 @@ CFGS = ([CompressorCfg()]
 
 # ----------------------------------------------------------------------------- registry shape
 def test_compressors_listed_from_registry():
+    """Each spec (what a cell sees) has its kernels and its wire format, and the reverse."""
+    from lpdl_core import compressor_specs
+    from lpdl_core.decentral.wire import CODECS
+
     assert COMPRESSORS == ("identity", "topk", "randomk", "minmax8", "qsgd") == tuple(REGISTRY)
+    assert tuple(compressor_specs.SPECS) == COMPRESSORS == tuple(CODECS)
     assert all(isinstance(e, Compressor) for e in REGISTRY.values())
+    for spec in compressor_specs.SPECS.values():  # a parameter sets a CompressorCfg field, in range
+        if spec.param:
+            lo, hi = spec.param.lo, spec.param.hi
+            CompressorCfg.make(spec.name, param=lo), CompressorCfg.make(spec.name, param=hi)
+            with pytest.raises(ValueError, match=f"{spec.param.field} must be an int in \\[{lo}, {hi}\\]"):
+                CompressorCfg.make(spec.name, param=hi + 1)
 
 
 def test_entries_declare_what_they_need():
-    flags = {k: (e.random, e.zeroed, e.sparse) for k, e in REGISTRY.items()}
+    from lpdl_core.compressor_specs import SPECS
+
+    flags = {k: (e.random, e.zeroed, SPECS[k].sparse) for k, e in REGISTRY.items()}
     assert flags == {"identity": (False, False, False), "topk": (False, True, True),
                      "randomk": (True, True, True), "minmax8": (False, False, False),
                      "qsgd": (True, False, False)}
@@ -229,12 +242,16 @@ def test_new_kind_registers_and_works_through_compress_and_bytes(monkeypatch):
     sign = Compressor(apply=_sign_apply, wire_bytes=lambda m, cfg, vb: vb + math.ceil(m / 8))
     dither = Compressor(apply=_dither_apply, wire_bytes=lambda m, cfg, vb: vb * m, random=True)
     firstk = Compressor(apply=_firstk_apply, wire_bytes=lambda m, cfg, vb: kept_count(m, cfg.ratio) * vb,
-                        identity_when=lambda cfg: cfg.ratio == 0.0, zeroed=True, sparse=True)
+                        identity_when=lambda cfg: cfg.ratio == 0.0, zeroed=True)
+    from lpdl_core import compressor_specs
+    from lpdl_core.compressor_specs import CompressorSpec
+
     with pytest.raises(ValueError, match="kind"):
         CompressorCfg(kind="sign")
     with monkeypatch.context() as mp:
         for name, entry in (("sign", sign), ("dither", dither), ("firstk", firstk)):
             mp.setitem(compress_mod.REGISTRY, name, entry)
+            mp.setitem(compressor_specs.SPECS, name, CompressorSpec(name=name, cell_id=name, sparse=name == "firstk"))
         v = torch.randn(2, TINY.d, generator=torch.Generator().manual_seed(3))
 
         cfg = CompressorCfg(kind="sign")

@@ -34,6 +34,7 @@ from lpdl_core.decentral.compressors import (
     qsgd_levels as qsgd_levels,
     qsgd_value as qsgd_value,
 )
+from lpdl_core.compressor_specs import SPECS
 from lpdl_core.config import FIDELITY_CHOICES
 from lpdl_core.decentral.layout import Layout
 
@@ -45,7 +46,7 @@ class CompressorCfg:
     """What each node does to a message before sending it.
 
     Attributes:
-        kind: one of `config.COMPRESSORS` (a key of `REGISTRY`; a test holds the two equal).
+        kind: a key of `REGISTRY` and of lpdl_core.compressor_specs.SPECS (a test holds the two equal).
         ratio: fraction of each tensor DROPPED (official `--k`): 0.99 keeps the top 1% ("99%
             compression"). Used by topk/randomk only; ignored (but still range-checked) otherwise,
             as the official code ignores `--k` for QSGD.
@@ -55,7 +56,7 @@ class CompressorCfg:
         bytes_metric: "exact" (packed wire format) or "legacy" (the official code's count).
     """
 
-    kind: str = "identity"           # one of lpdl_core.config.COMPRESSORS (the REGISTRY below)
+    kind: str = "identity"           # a key of the REGISTRY below
     ratio: float = 0.0
     bits: int = 8
     qsgd_level: int = 8
@@ -69,11 +70,10 @@ class CompressorCfg:
             raise ValueError(f"ratio must be a float in [0, 1), got {self.ratio!r}")
         if not (0.0 <= float(self.ratio) < 1.0):  # also rejects NaN
             raise ValueError(f"ratio must be in [0, 1) (fraction dropped), got {self.ratio!r}")
-        if isinstance(self.bits, bool) or not isinstance(self.bits, int) or not 1 <= self.bits <= 16:
-            raise ValueError(f"bits must be an int in [1, 16], got {self.bits!r}")
-        if (isinstance(self.qsgd_level, bool) or not isinstance(self.qsgd_level, int)
-                or not 1 <= self.qsgd_level <= 32):
-            raise ValueError(f"qsgd_level must be an int in [1, 32], got {self.qsgd_level!r}")
+        for p in (s.param for s in SPECS.values() if s.param):  # bits, qsgd_level: the specs' ranges
+            value = getattr(self, p.field)
+            if isinstance(value, bool) or not isinstance(value, int) or not p.lo <= value <= p.hi:
+                raise ValueError(f"{p.field} must be an int in [{p.lo}, {p.hi}], got {value!r}")
         if not isinstance(self.qsgd_biased, bool):
             raise ValueError(f"qsgd_biased must be a bool, got {self.qsgd_biased!r}")
         if self.bytes_metric not in BYTES_METRICS:
@@ -85,9 +85,9 @@ class CompressorCfg:
         """A cell's compressor (lpdl_core.pipeline.cells): topk/randomk dropping the fraction
         `drop`, QSGD at level `param`, min-max at `param` bits, or identity; a compressor that
         leaves messages unchanged (a sparsifier at drop 0) is the identity."""
-        if kind not in CELL_SETTINGS:
-            raise ValueError(f"kind must be one of {tuple(CELL_SETTINGS)}, got {kind!r}")
-        cfg = cls(kind=kind, bytes_metric=bytes_metric, **CELL_SETTINGS[kind](drop, param))
+        if kind not in SPECS:
+            raise ValueError(f"kind must be one of {tuple(SPECS)}, got {kind!r}")
+        cfg = cls(kind=kind, bytes_metric=bytes_metric, **SPECS[kind].settings(drop, param))
         return cls(bytes_metric=bytes_metric) if cfg.is_identity else cfg
 
     @classmethod
@@ -136,8 +136,8 @@ class Compressor:
     identity_when: cfg -> True when C(v) == v exactly for that config (compress then clones v).
     random: draws uniforms: `compress` passes each segment its (n, m) slice of ONE (n, d) draw.
     zeroed: `out` starts as zeros (apply writes the kept coordinates only), else uninitialized.
-    sparse: sends K = Σ_l kept_count(m_l, ratio) values plus indices, counted 6K+3 by the legacy
-        metric (when not the identity); dense kinds count 4(d+1) there.
+    Whether it is sparse (K = Σ_l kept_count(m_l, ratio) values plus indices, counted 6K+3 by the
+    legacy metric; dense kinds count 4(d+1) there) is its spec's (lpdl_core.compressor_specs).
     """
 
     apply: SegmentApply
@@ -145,13 +145,12 @@ class Compressor:
     identity_when: Callable[[CompressorCfg], bool] = _never
     random: bool = False
     zeroed: bool = False
-    sparse: bool = False
 
     def __post_init__(self) -> None:
         for name in ("apply", "wire_bytes", "identity_when"):
             if not callable(getattr(self, name)):
                 raise ValueError(f"Compressor.{name} must be callable, got {getattr(self, name)!r}")
-        for name in ("random", "zeroed", "sparse"):
+        for name in ("random", "zeroed"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Compressor.{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -164,21 +163,11 @@ def kept_counts(layout: Layout, ratio: float) -> list[int]:
 # ----------------------------------------------------------------------------- the kinds
 REGISTRY: dict[str, Compressor] = {
     "identity": Compressor(apply=identity_apply, wire_bytes=dense_bytes, identity_when=_always),
-    "topk": Compressor(apply=topk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all,
-                       zeroed=True, sparse=True),
+    "topk": Compressor(apply=topk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all, zeroed=True),
     "randomk": Compressor(apply=randomk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all,
-                          random=True, zeroed=True, sparse=True),
+                          random=True, zeroed=True),
     "minmax8": Compressor(apply=minmax_apply, wire_bytes=minmax_bytes),
     "qsgd": Compressor(apply=qsgd_apply, wire_bytes=qsgd_bytes, identity_when=qsgd_exact, random=True),
-}
-
-# kind -> the CompressorCfg fields that a cell's drop fraction and parameter set (CompressorCfg.make)
-CELL_SETTINGS: dict[str, Callable[[float, Optional[int]], dict]] = {
-    "identity": lambda drop, param: {},
-    "topk": lambda drop, param: {"ratio": drop},
-    "randomk": lambda drop, param: {"ratio": drop},
-    "minmax8": lambda drop, param: {"bits": param},
-    "qsgd": lambda drop, param: {"qsgd_level": param},
 }
 
 # ----------------------------------------------------------------------------- dispatch
@@ -251,7 +240,7 @@ def message_bytes(layout: Layout, cfg: CompressorCfg, *, value_bytes: int = 4,
     """
     entry = REGISTRY[cfg.kind]
     if cfg.bytes_metric == "legacy":
-        if entry.sparse and not cfg.is_identity:
+        if SPECS[cfg.kind].sparse and not cfg.is_identity:
             return 6 * sum(kept_counts(layout, cfg.ratio)) + 3
         return 4 * (layout.d + 1)
 

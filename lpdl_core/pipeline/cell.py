@@ -28,6 +28,7 @@ from ..config import (
     TEXT_MODELS,
     UNCOMPRESSED_ALGORITHMS,
 )
+from ..compressor_specs import SPARSIFIERS, SPECS as COMPRESSOR_SPECS
 from ..errors import ConfigError
 from . import column_roles
 from .column_roles import column
@@ -48,10 +49,6 @@ class CellError(ConfigError):
         self.column, self.why = column, why
 
 
-# the compressors that drop the compression column's percent of each tensor; the others' parameter
-# (name, lowest, highest) follows a colon in the compressor column
-SPARSIFIERS = ("topk", "randomk")
-COMPRESSOR_PARAMS = {"qsgd": ("level", 1, 32), "minmax8": ("bits", 1, 16)}
 
 # column -> its valid values, all from the torch-free vocabulary (lpdl_core.config)
 NAMES: dict[str, tuple[str, ...]] = dict(
@@ -182,8 +179,9 @@ class Cell:
         kind, sep, param = self.compressor.partition(":")
         if kind not in COMPRESSORS:
             self._fail("compressor", f"{kind!r} is not one of {', '.join(COMPRESSORS)}")
-        if kind in COMPRESSOR_PARAMS:
-            name, lo, hi = COMPRESSOR_PARAMS[kind]
+        spec = COMPRESSOR_SPECS[kind]
+        if spec.param:
+            name, lo, hi = spec.param.name, spec.param.lo, spec.param.hi
             if not (param.isdigit() and lo <= int(param) <= hi):
                 self._fail("compressor", f"{kind} takes its {name} as {kind}:<{lo}..{hi}>, got {self.compressor!r}")
             if self.compression:
@@ -257,9 +255,8 @@ class Cell:
 
     def _compression_id(self) -> str:
         """c<percent> for the paper's top-k; another compressor names itself (rk90, qsgd4, mm8, ident)."""
-        kind = self.compressor_kind
-        return {"topk": f"c{self.compression}", "randomk": f"rk{self.compression}", "identity": "ident",
-                "qsgd": f"qsgd{self.compressor_param}", "minmax8": f"mm{self.compressor_param}"}[kind]
+        return COMPRESSOR_SPECS[self.compressor_kind].cell_id.format(percent=self.compression,
+                                                                      param=self.compressor_param)
 
     def _partition_id(self) -> str:
         """s<skew> for the paper's partition, dir<alpha> for a Dirichlet one."""

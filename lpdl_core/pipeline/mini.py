@@ -32,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
-from .cell import SPARSIFIERS, columns
+from ..compressor_specs import SPARSIFIERS
+from .cell import columns
 
 IMAGE_SIZE = 8
 BATCH_DIVISOR = 4
