@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .executor_specs import COMPILABLE_EXECUTORS, DEFAULT_EXECUTOR, IN_PROCESS_EXECUTORS, executor_spec
+from .specs.executors import COMPILABLE_EXECUTORS, DEFAULT_EXECUTOR, IN_PROCESS_EXECUTORS, executor_spec
 
 
 @dataclass(frozen=True, kw_only=True)

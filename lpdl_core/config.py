@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ConfigError
-# the executors (how a run's n nodes are computed; the same math), re-exported: lpdl_core.executor_specs
-from .executor_specs import DEFAULT_EXECUTOR, EXECUTORS, IN_PROCESS_EXECUTORS  # noqa: F401
-# the gossip compressors a cell names, re-exported: lpdl_core.compressor_specs
-from .compressor_specs import COMPRESSORS  # noqa: F401
+# the executors (how a run's n nodes are computed; the same math), re-exported: lpdl_core.specs.executors
+from .specs.executors import DEFAULT_EXECUTOR, EXECUTORS, IN_PROCESS_EXECUTORS  # noqa: F401
+# the gossip compressors a cell names, re-exported: lpdl_core.specs.compressors
+from .specs.compressors import COMPRESSORS  # noqa: F401
+# the decentralized algorithms (UNCOMPRESSED: send whole models or updates), re-exported
+from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
 
 # ---- the vocabulary ----------------------------------------------------------------------------
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
@@ -81,8 +83,6 @@ MODELS = CNN_MODELS + TEXT_MODELS      # the paper's models (each has a mini sta
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
 GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "complete",
           "time-varying-exponential", "random-directed")
-ALGORITHMS = ("dpsgd", "ds", "choco", "bagua-lp", "adagossip", "gut")
-UNCOMPRESSED_ALGORITHMS = ("dpsgd", "gut")  # send whole models or updates: no compressor, η = 1
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")

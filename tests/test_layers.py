@@ -7,7 +7,7 @@
     training    training/           one training run, benchmarks, cost model
     blocks      decentral/ models/ quant/ data/
     foundation  config, errors, atomic (the one file writer), bounded (bounded reading), compat (run
-                options that cannot go together), executor_specs (what each executor can do),
+                options that cannot go together), specs/ (what each executor, compressor and algorithm is),
                 provenance (git state, code hash, versions), rehearsal_mark (a rehearsal data root),
                 the package itself
 
@@ -21,7 +21,7 @@ import lpdl_core
 ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
 TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "bounded": "foundation",
-       "compat": "foundation", "executor_specs": "foundation", "provenance": "foundation",
+       "compat": "foundation", "specs": "foundation", "provenance": "foundation",
        "rehearsal_mark": "foundation", "decentral": "blocks",
        "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",

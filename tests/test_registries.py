@@ -125,7 +125,7 @@ CFGS = ([CompressorCfg()]
 # ----------------------------------------------------------------------------- registry shape
 def test_compressors_listed_from_registry():
     """Each spec (what a cell sees) has its kernels and its wire format, and the reverse."""
-    from lpdl_core import compressor_specs
+    from lpdl_core.specs import compressors as compressor_specs
     from lpdl_core.decentral.wire import CODECS
 
     assert COMPRESSORS == ("identity", "topk", "randomk", "minmax8", "qsgd") == tuple(REGISTRY)
@@ -140,7 +140,7 @@ def test_compressors_listed_from_registry():
 
 
 def test_entries_declare_what_they_need():
-    from lpdl_core.compressor_specs import SPECS
+    from lpdl_core.specs.compressors import SPECS
 
     flags = {k: (e.random, e.zeroed, SPECS[k].sparse) for k, e in REGISTRY.items()}
     assert flags == {"identity": (False, False, False), "topk": (False, True, True),
@@ -243,8 +243,8 @@ def test_new_kind_registers_and_works_through_compress_and_bytes(monkeypatch):
     dither = Compressor(apply=_dither_apply, wire_bytes=lambda m, cfg, vb: vb * m, random=True)
     firstk = Compressor(apply=_firstk_apply, wire_bytes=lambda m, cfg, vb: kept_count(m, cfg.ratio) * vb,
                         identity_when=lambda cfg: cfg.ratio == 0.0, zeroed=True)
-    from lpdl_core import compressor_specs
-    from lpdl_core.compressor_specs import CompressorSpec
+    from lpdl_core.specs import compressors as compressor_specs
+    from lpdl_core.specs.compressors import CompressorSpec
 
     with pytest.raises(ValueError, match="kind"):
         CompressorCfg(kind="sign")
@@ -312,12 +312,25 @@ def test_simulator_message_bytes_follow_declaration(name, comp):
     assert sim.message_bytes == payload + (0 if name in ("bagua-lp", "adagossip", "gut") else 4)
 
 
+def test_algorithm_specs_agree_with_the_registry():
+    """Each spec has its update rule and each registered rule its spec; an uncompressed one is
+    refused a compressor by the cells and by GossipCfg alike."""
+    from lpdl_core.specs import algorithms as algorithm_specs
+
+    assert tuple(algorithm_specs.SPECS) == config.ALGORITHMS == tuple(algorithms.REGISTRY)
+    for name, spec in algorithm_specs.SPECS.items():
+        assert spec.display and spec.name == name
+        if spec.uncompressed:
+            with pytest.raises(ValueError, match=name):
+                GossipCfg(algorithm=name, compressor=CompressorCfg.top_k(0.9), eta=1.0)
+
+
 # ----------------------------------------------------------------------------- executors
 def test_executors_registry_agrees_with_the_specs():
     """Each spec has its implementation and each implementation its spec: the in-process executors
     are the registry's (the stacked one the vmapped class), the one-process-per-node one is the
     distributed engine's; what a spec says it can do is what the engine does."""
-    from lpdl_core import executor_specs
+    from lpdl_core.specs import executors as executor_specs
     from lpdl_core.decentral.engine import distributed
 
     assert EXECUTORS == tuple(executors_mod.REGISTRY) == config.IN_PROCESS_EXECUTORS

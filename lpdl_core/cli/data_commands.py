@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
-from ..executor_specs import executor_spec
+from ..specs.executors import executor_spec
 from .args import count_arg, path_arg, real_arg
 
 log = logging.getLogger("lpdl.cli")

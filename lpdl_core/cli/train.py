@@ -7,7 +7,7 @@ import logging
 import sys
 
 from ..errors import LpdlError
-from ..executor_specs import executor_spec
+from ..specs.executors import executor_spec
 
 log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modules
 

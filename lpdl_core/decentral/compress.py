@@ -34,7 +34,7 @@ from lpdl_core.decentral.compressors import (
     qsgd_levels as qsgd_levels,
     qsgd_value as qsgd_value,
 )
-from lpdl_core.compressor_specs import SPECS
+from lpdl_core.specs.compressors import SPECS
 from lpdl_core.config import FIDELITY_CHOICES
 from lpdl_core.decentral.layout import Layout
 
@@ -46,7 +46,7 @@ class CompressorCfg:
     """What each node does to a message before sending it.
 
     Attributes:
-        kind: a key of `REGISTRY` and of lpdl_core.compressor_specs.SPECS (a test holds the two equal).
+        kind: a key of `REGISTRY` and of lpdl_core.specs.compressors.SPECS (a test holds the two equal).
         ratio: fraction of each tensor DROPPED (official `--k`): 0.99 keeps the top 1% ("99%
             compression"). Used by topk/randomk only; ignored (but still range-checked) otherwise,
             as the official code ignores `--k` for QSGD.
@@ -137,7 +137,7 @@ class Compressor:
     random: draws uniforms: `compress` passes each segment its (n, m) slice of ONE (n, d) draw.
     zeroed: `out` starts as zeros (apply writes the kept coordinates only), else uninitialized.
     Whether it is sparse (K = Σ_l kept_count(m_l, ratio) values plus indices, counted 6K+3 by the
-    legacy metric; dense kinds count 4(d+1) there) is its spec's (lpdl_core.compressor_specs).
+    legacy metric; dense kinds count 4(d+1) there) is its spec's (lpdl_core.specs.compressors).
     """
 
     apply: SegmentApply

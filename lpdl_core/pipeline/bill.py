@@ -21,7 +21,7 @@ from typing import Iterable, Mapping
 
 from .cell import Cell
 from .jobs import plan_jobs
-from ..executor_specs import executor_spec
+from ..specs.executors import executor_spec
 from .runtime import StepTimes, executor_of, job_runtime, startup_minutes
 
 

@@ -28,7 +28,7 @@ from ..config import (
     TEXT_MODELS,
     UNCOMPRESSED_ALGORITHMS,
 )
-from ..compressor_specs import SPARSIFIERS, SPECS as COMPRESSOR_SPECS
+from ..specs.compressors import SPARSIFIERS, SPECS as COMPRESSOR_SPECS
 from ..errors import ConfigError
 from . import column_roles
 from .column_roles import column

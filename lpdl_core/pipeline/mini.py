@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
-from ..compressor_specs import SPARSIFIERS
+from ..specs.compressors import SPARSIFIERS
 from .cell import columns
 
 IMAGE_SIZE = 8

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Mapping
 
 from ..config import Fidelity
-from ..executor_specs import executor_spec
+from ..specs.executors import executor_spec
 from .cell import Cell
 from .jobs import pack_stacks, plan_jobs
 from .runtime import PACKED, StepTimes, job_runtime, step_kind

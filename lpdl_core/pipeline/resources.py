@@ -22,7 +22,7 @@ from typing import Iterable, Mapping
 
 from ..config import GPU_REQUESTS
 from ..errors import ConfigError
-from ..executor_specs import DEFAULT_EXECUTOR
+from ..specs.executors import DEFAULT_EXECUTOR
 from .cell import Cell
 from .jobs import Job
 from .runtime import StepTimes, job_runtime

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..config import PROFILES, Fidelity
-from ..executor_specs import DEFAULT_EXECUTOR
+from ..specs.executors import DEFAULT_EXECUTOR
 from ..decentral.engine import EngineCfg
 from ..errors import ConfigError
 from ..training.train import train

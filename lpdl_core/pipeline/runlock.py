@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import LpdlError
-from ..executor_specs import DEFAULT_EXECUTOR, executor_spec
+from ..specs.executors import DEFAULT_EXECUTOR, executor_spec
 from ..training.group import LAUNCHER_ENV
 
 try:

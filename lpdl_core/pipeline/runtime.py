@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from ..config import PRECISIONS
-from ..executor_specs import SPECS
+from ..specs.executors import SPECS
 from ..errors import ConfigError
 from .cell import Cell
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..specs.algorithms import SPECS as ALGORITHM_SPECS
 from .cell import Cell
 
 MODEL_NAMES = {"resnet20": "ResNet-20", "resnet54": "ResNet-54", "vgg11": "VGG-11",
@@ -20,7 +21,7 @@ TOPOLOGY_NAMES = {"directed-ring": "Directed Ring", "ring": "Ring", "torus": "To
 NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "evonorm": "EvoNorm-S0",
               "range-evonorm": "Range EvoNorm", "range-bn": "Range BatchNorm",
               "range-evonorm-fp": "Range EvoNorm (FP)"}
-ALGO_NAMES = {"ds": "DS", "choco": "CHOCO", "dpsgd": "D-PSGD", "bagua-lp": "Bagua-LP", "none": ""}
+ALGO_NAMES = {**{n: s.display for n, s in ALGORITHM_SPECS.items()}, "none": ""}
 PRECISION_NAMES = {"fp32": "FP (32-bit)", "int8": "LP (8-bit)"}
 TABLE_TITLES = {"table1": "Table 1", "table2": "Table 2", "table3": "Table 3", "table4": "Table 4",
                 "table5": "Table 5", "fig1": "Figure 1 runs"}

@@ -17,7 +17,7 @@ from ..config import (CELLS_PER_JOB, COMPILE_MODES, DEFAULT_DIST_TIMEOUT_S, DEVI
                       PROFILES, TABLES, Fidelity, other_mode, results_name)
 from ..bounded import check_values, load_yaml
 from ..errors import ConfigError
-from ..executor_specs import DEFAULT_EXECUTOR
+from ..specs.executors import DEFAULT_EXECUTOR
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # relative to the workflow's directory
 CONFIGFILE = Path("config/config.yaml")                # the Snakefile's configfile

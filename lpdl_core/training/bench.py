@@ -20,7 +20,7 @@ import torch
 
 from ..compat import RunOptions, incompatible
 from ..config import PRECISIONS
-from ..executor_specs import DEFAULT_EXECUTOR, executor_spec
+from ..specs.executors import DEFAULT_EXECUTOR, executor_spec
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg, Simulator

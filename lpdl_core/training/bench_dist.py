@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ..config import DEFAULT_DIST_TIMEOUT_S
-from ..executor_specs import PER_NODE_EXECUTOR
+from ..specs.executors import PER_NODE_EXECUTOR
 from ..decentral import p2p
 from ..errors import LpdlError
 from ..decentral.algorithms.base import GossipCfg

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..data.base import DataSplit
-from ..executor_specs import DEFAULT_EXECUTOR
+from ..specs.executors import DEFAULT_EXECUTOR
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg

@@ -16,7 +16,7 @@ from typing import Callable, Mapping, TypeVar
 
 from ..config import DEFAULT_DIST_TIMEOUT_S
 from ..errors import LpdlError
-from ..executor_specs import executor_spec
+from ..specs.executors import executor_spec
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT_S = DEFAULT_DIST_TIMEOUT_S  # the rendezvous, every message wait and every collective

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..data.augment import augment_batch
-from ..executor_specs import executor_spec
+from ..specs.executors import executor_spec
 from ..data.base import DataSplit
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate

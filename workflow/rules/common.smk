@@ -57,7 +57,7 @@ config.update(_cfg)
 from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
 from lpdl_core.pipeline.grids import grid_folder, grid_path, load_grid  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
-from lpdl_core.executor_specs import executor_spec  # noqa: E402
+from lpdl_core.specs.executors import executor_spec  # noqa: E402
 from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
 from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
 from lpdl_core.pipeline.runtime import StepTimes, step_kind  # noqa: E402

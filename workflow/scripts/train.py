@@ -12,7 +12,7 @@ weights beforehand."""
 import os
 import sys
 
-from lpdl_core.executor_specs import executor_spec
+from lpdl_core.specs.executors import executor_spec
 from lpdl_core.pipeline.grids import grid_of_folder
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)

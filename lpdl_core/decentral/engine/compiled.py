@@ -29,7 +29,7 @@ import torch
 from torch.utils._pytree import tree_map_only
 
 from ...config import COMPILE_MODES
-from ...executor_specs import COMPILABLE_EXECUTORS, executor_spec
+from ...specs.executors import COMPILABLE_EXECUTORS, executor_spec
 from .. import optim
 
 log = logging.getLogger("lpdl.cli")  # the package's one logger

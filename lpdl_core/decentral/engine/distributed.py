@@ -28,7 +28,7 @@ forward/backward runs on the CPU loop executor. Costs (n - 1) times one node's d
 loop_rng=False skips it (each process then draws its own numbers from the same seed).
 
 Not one of `make_executor`'s: it replaces the Simulator in each of n processes, and runs its own
-node's forward/backward on its spec's node_step (lpdl_core.executor_specs).
+node's forward/backward on its spec's node_step (lpdl_core.specs.executors).
 
 Bytes sent are counted from the tensors that left the process (for float32 state: the exact byte
 metric, `compress.message_bytes`). The result equals the loop executor's row i up to float
@@ -48,7 +48,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from ...executor_specs import executor_spec
+from ...specs.executors import executor_spec
 from .. import p2p, wire
 from ..algorithms import GossipCfg, Round
 from ..compress import REGISTRY, uniform_draws
@@ -60,7 +60,7 @@ from .engine_cfg import EngineCfg
 from .simulator import Simulator
 
 
-NAME = "distributed"  # its registration: the per-node executor of lpdl_core.executor_specs
+NAME = "distributed"  # its registration: the per-node executor of lpdl_core.specs.executors
 PHASES = ("compute", "compression", "communication")  # of a training step, timed per rank
 
 

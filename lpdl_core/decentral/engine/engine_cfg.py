@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from ...config import DEFAULT_SEED, DEVICES, EXECUTORS, RNG_STREAMS
-from ...executor_specs import DEFAULT_EXECUTOR
+from ...specs.executors import DEFAULT_EXECUTOR
 from ...compat import RunOptions, incompatible
 from ...errors import DeviceUnavailable
 from .compiled import CompileCfg
@@ -17,7 +17,7 @@ from .compiled import CompileCfg
 class EngineCfg:
     """How the simulation runs (never what it computes).
 
-    executor: how the n nodes are computed, the same math (lpdl_core.executor_specs): the in-process
+    executor: how the n nodes are computed, the same math (lpdl_core.specs.executors): the in-process
         ones run all n nodes in this process (executors.py); the one-process-per-node one runs one
         node per process (`NodeProcess`, whose own forward/backward runs as its spec's node_step).
     device: "auto" picks CUDA when available, else CPU. All node state lives there.
@@ -36,7 +36,7 @@ class EngineCfg:
         executor (the fused kernels draw noise per node).
     """
 
-    executor: str = DEFAULT_EXECUTOR     # one of lpdl_core.executor_specs.EXECUTORS
+    executor: str = DEFAULT_EXECUTOR     # one of lpdl_core.specs.executors.EXECUTORS
     device: str = "auto"                 # one of lpdl_core.config.DEVICES
     seed: int = DEFAULT_SEED
     compile: bool = False

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ...executor_specs import IN_PROCESS_EXECUTORS, executor_spec
+from ...specs.executors import IN_PROCESS_EXECUTORS, executor_spec
 from ..algorithms.base import GossipCfg, Round
 from ..compress import message_bytes
 from ..layout import node_parameters
