@@ -20,13 +20,13 @@ from .specs.executors import DEFAULT_EXECUTOR, EXECUTORS, IN_PROCESS_EXECUTORS  
 from .specs.compressors import COMPRESSORS  # noqa: F401
 # the decentralized algorithms (UNCOMPRESSED: send whole models or updates), re-exported
 from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
+# the paper's models (CNNs and the text model) and the CNNs' mini stand-ins, re-exported
+from .specs.models import CNN_MODELS, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
 
 # ---- the vocabulary ----------------------------------------------------------------------------
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
 TABLES = ("table1", "table2", "table3", "table4", "table5", "fig1")   # the paper's artifacts
 PRECISIONS = ("fp32", "int8")          # full precision; 8-bit weights, activations and layer gradients
-CNN_MODELS = ("resnet20", "resnet54", "vgg11", "resnet18", "mobilenetv2")
-TEXT_MODELS = ("distilbert",)
 
 
 DATA_KINDS = ("image", "text")
@@ -34,14 +34,13 @@ DATA_KINDS = ("image", "text")
 
 @dataclass(frozen=True, kw_only=True)
 class DatasetSpec:
-    """What every caller needs to know of a dataset, in one place: its kind, class count, the input
-    side the paper's image models take, and which paper models are built for it (a cell of another
-    model is refused when the cells are loaded). A stand-in names the paper dataset it replaces."""
+    """What every caller needs to know of a dataset, in one place: its kind, class count and the input
+    side the paper's image models take (which models are built for it: lpdl_core.specs.models). A
+    stand-in names the paper dataset it replaces."""
     name: str
     kind: str                      # one of DATA_KINDS
     classes: int
     size: int | None = None        # image side in pixels the paper models take (None: text)
-    models: tuple[str, ...] = ()   # the paper models built for it (none for a stand-in)
     standin_for: str | None = None
 
     @property
@@ -50,13 +49,12 @@ class DatasetSpec:
         return 100.0 / self.classes
 
 
-_CIFAR_MODELS = ("resnet20", "resnet54", "vgg11", "mobilenetv2")
 DATASET_SPECS: dict[str, DatasetSpec] = {s.name: s for s in (
-    DatasetSpec(name="cifar10", kind="image", classes=10, size=32, models=_CIFAR_MODELS),
-    DatasetSpec(name="cifar100", kind="image", classes=100, size=32, models=_CIFAR_MODELS),
-    DatasetSpec(name="imagenette", kind="image", classes=10, size=224, models=("vgg11", "resnet18")),
-    DatasetSpec(name="agnews", kind="text", classes=4, models=TEXT_MODELS),
-    DatasetSpec(name="sentlen", kind="text", classes=6, models=TEXT_MODELS),
+    DatasetSpec(name="cifar10", kind="image", classes=10, size=32),
+    DatasetSpec(name="cifar100", kind="image", classes=100, size=32),
+    DatasetSpec(name="imagenette", kind="image", classes=10, size=224),
+    DatasetSpec(name="agnews", kind="text", classes=4),
+    DatasetSpec(name="sentlen", kind="text", classes=6),
     # stand-ins: what the mini profile trains on instead (lpdl_core.data)
     DatasetSpec(name="digits", kind="image", classes=10, size=32, standin_for="cifar10"),
     DatasetSpec(name="digits-224", kind="image", classes=10, size=224, standin_for="imagenette"),
@@ -76,9 +74,9 @@ PAPER_DATASETS = tuple(n for n, s in DATASET_SPECS.items() if s.standin_for is N
 STANDIN_DATASETS = {n: s.standin_for for n, s in DATASET_SPECS.items() if s.standin_for is not None}
 DATASETS = PAPER_DATASETS + tuple(STANDIN_DATASETS)
 IMAGE_DATASETS = tuple(n for n in PAPER_DATASETS if DATASET_SPECS[n].kind == "image")  # the CNNs' datasets
-# model -> the paper datasets it is built for
-MODEL_DATASETS = {m: tuple(n for n in PAPER_DATASETS if m in DATASET_SPECS[n].models)
-                  for m in CNN_MODELS + TEXT_MODELS}
+# model -> the paper datasets it is built for (its spec's, in paper order; a cell of another
+# dataset is refused when the cells are loaded)
+MODEL_DATASETS = {m: tuple(n for n in PAPER_DATASETS if n in MODEL_SPECS[m].datasets) for m in MODEL_SPECS}
 MODELS = CNN_MODELS + TEXT_MODELS      # the paper's models (each has a mini stand-in)
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
 GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "complete",
@@ -93,16 +91,6 @@ CELLS_PER_JOB = ("block", "pack", "cell")  # block: a block's cells of one preci
 #   at a time; lpdl_core.training.pack); cell: one cell per job
 MAX_PACK_SIZE = 64
 LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
-# paper model -> (its mini stand-in, what it is): built by lpdl_core.models.mini, each by its paper
-# model's own class; the mini protocol (lpdl_core.pipeline.mini) records the description
-MINI_STANDINS = {
-    "resnet20": ("mini-resnet20", "CIFAR ResNet depth 8 (1 block per stage), widths 16/32/64"),
-    "resnet54": ("mini-resnet54", "CIFAR ResNet depth 14 (2 blocks per stage), widths 16/32/64"),
-    "vgg11": ("mini-vgg11", "VGG [32, 32, M, 64, 64, M, 128, M] + 128-unit MLP head, dropout 0.5 before it"),
-    "resnet18": ("mini-resnet18", "ImageNet-style ResNet, 4 stages 16/32/64/128 at 8/8/4/2 px, 1 block each, "
-                                  "3x3 stem"),
-    "mobilenetv2": ("mini-mobilenetv2", "MobileNetV2, 3 inverted-residual stages 16/32/64 (t = 1/4/4), head 128"),
-}
 DEFAULT_SEED = 1234  # the official code's --seed: every run's seed unless a cell or the user gives one
 RNG_STREAMS = ("per-node", "shared")  # how nodes draw randomness (EngineCfg.rng_streams, Fidelity)
 GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N | --gres=gpu:N

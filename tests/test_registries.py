@@ -325,6 +325,21 @@ def test_algorithm_specs_agree_with_the_registry():
                 GossipCfg(algorithm=name, compressor=CompressorCfg.top_k(0.9), eta=1.0)
 
 
+def test_model_specs_agree_with_the_builders():
+    """Each CNN spec has its network and its mini stand-in, the text model its own; the planner's,
+    the bill's and the report's model facts are the specs'."""
+    from lpdl_core.models import mini, registry
+    from lpdl_core.pipeline import resources, shapes
+    from lpdl_core.specs import models as model_specs
+
+    assert tuple(registry.BUILDERS) == config.CNN_MODELS == tuple(mini.BUILDERS)
+    assert tuple(model_specs.SPECS) == config.MODELS and config.TEXT_MODELS == ("distilbert",)
+    assert set(config.MINI_STANDINS) == set(config.CNN_MODELS)
+    for name, spec in model_specs.SPECS.items():
+        assert set(spec.datasets) == set(config.MODEL_DATASETS[name]) <= set(config.PAPER_DATASETS)
+        assert resources.PAPER_MEM_MB[name] == spec.mem_mb and shapes.MODEL_NAMES[name] == spec.display
+
+
 # ----------------------------------------------------------------------------- executors
 def test_executors_registry_agrees_with_the_specs():
     """Each spec has its implementation and each implementation its spec: the in-process executors

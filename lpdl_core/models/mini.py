@@ -11,7 +11,7 @@ sized for the 8x8 digits stand-in so the whole grid trains on a laptop.
 
 Each stand-in is built by its paper model's own class (same blocks, norms, 8-bit layers and
 initialisation), only with fewer or narrower stages: precision, norm kind and the quantizer
-settings pass through unchanged. Names and descriptions: lpdl_core.config.MINI_STANDINS (torch-free),
+settings pass through unchanged. Names and descriptions: lpdl_core.specs.models (MINI_STANDINS) (torch-free),
 whose description of a stand-in is part of its runs' identity. VGG's classifier keeps the paper's
 dropout 0.5: without it the classifier's hidden ReLUs of the single-node 8-bit stand-in died at
 the warm-up peak in more seeds (docs/mini-profile.md, "The learning rate, and the one fragile cell").

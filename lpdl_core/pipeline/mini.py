@@ -136,7 +136,7 @@ def protocol(cell) -> dict:
     """What the mini protocol makes of a cell, as part of its runs' identity (runstore): a change
     of the protocol (epochs, lr, batch, schedule, stand-ins) makes the runs of the earlier one
     other runs, recomputed, never shown as current. A stand-in enters as its description
-    (lpdl_core.config.MINI_STANDINS), so a change of its architecture is a change of that line.
+    (lpdl_core.specs.models (MINI_STANDINS)), so a change of its architecture is a change of that line.
     The rest of the mapping's wording is left out."""
     m = mini_run(cell)
     return {"dataset": m.dataset, "dataset_kwargs": {k: v for k, v in m.dataset_kwargs}, "model": m.model,

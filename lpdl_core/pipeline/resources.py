@@ -23,6 +23,7 @@ from typing import Iterable, Mapping
 from ..config import GPU_REQUESTS
 from ..errors import ConfigError
 from ..specs.executors import DEFAULT_EXECUTOR
+from ..specs.models import SPECS as MODEL_SPECS
 from .cell import Cell
 from .jobs import Job
 from .runtime import StepTimes, job_runtime
@@ -31,17 +32,15 @@ MINI_CELL_MINUTES = 2
 MINI_JOB_MINUTES = 10  # a mini job's start-up and slack
 MINI_MEM_MB = 3000
 # host memory (MB) of a paper job by model: the dataset in memory plus the model's state
-# (not measured on a cluster)
-PAPER_MEM_MB = {"resnet20": 24000, "resnet54": 24000, "mobilenetv2": 24000,
-                "vgg11": 64000, "resnet18": 64000, "distilbert": 64000}
+# (its spec's; not measured on a cluster)
+PAPER_MEM_MB = {n: s.mem_mb for n, s in MODEL_SPECS.items()}
 # each further process of a distributed job (its own torch, CUDA context and copy of the dataset);
 # an estimate, not measured
 EXTRA_PROCESS_MB = {"mini": 1000, "paper": 4000}
 HOST_MARGIN = 1.25   # a measured peak's headroom in the request
-# relative cost of one node's step by model (the mini stand-ins' measured step times), and of an
-# 8-bit step against an FP one: only the order of the jobs depends on it
-STEP_COST = {"resnet20": 1.0, "resnet54": 1.8, "vgg11": 0.9, "resnet18": 2.0, "mobilenetv2": 1.0,
-             "distilbert": 0.6}
+# relative cost of one node's step by model (its spec's: the mini stand-ins' measured step times),
+# and of an 8-bit step against an FP one: only the order of the jobs depends on it
+STEP_COST = {n: s.step_cost for n, s in MODEL_SPECS.items()}
 INT8_COST = 2.3
 
 

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..specs.algorithms import SPECS as ALGORITHM_SPECS
+from ..specs.models import SPECS as MODEL_SPECS
 from .cell import Cell
 
-MODEL_NAMES = {"resnet20": "ResNet-20", "resnet54": "ResNet-54", "vgg11": "VGG-11",
-               "resnet18": "ResNet-18", "distilbert": "DistilBERT", "mobilenetv2": "MobileNetV2"}
+MODEL_NAMES = {n: s.display for n, s in MODEL_SPECS.items()}
 DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenette": "Imagenette",
                  "agnews": "AG News", "sentlen": "Sentlen"}
 TOPOLOGY_NAMES = {"directed-ring": "Directed Ring", "ring": "Ring", "torus": "Torus",
