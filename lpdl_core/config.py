@@ -22,6 +22,8 @@ from .specs.compressors import COMPRESSORS  # noqa: F401
 from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
 # the paper's models (CNNs and the text model) and the CNNs' mini stand-ins, re-exported
 from .specs.models import CNN_MODELS, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
+# the fidelity options' values (the paper's first, the official code's second), re-exported
+from .specs.fidelity import FIDELITY_CHOICES  # noqa: F401
 
 # ---- the vocabulary ----------------------------------------------------------------------------
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
@@ -92,7 +94,7 @@ CELLS_PER_JOB = ("block", "pack", "cell")  # block: a block's cells of one preci
 MAX_PACK_SIZE = 64
 LEARNED_MARGIN = 5.0  # points above chance (100 / classes) a result must reach to count as learned
 DEFAULT_SEED = 1234  # the official code's --seed: every run's seed unless a cell or the user gives one
-RNG_STREAMS = ("per-node", "shared")  # how nodes draw randomness (EngineCfg.rng_streams, Fidelity)
+RNG_STREAMS = FIDELITY_CHOICES["rng_streams"]  # how nodes draw randomness (EngineCfg.rng_streams, Fidelity)
 GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N | --gres=gpu:N
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
@@ -116,23 +118,6 @@ MAX_RUNTIME_MARGIN = 100.0   # a job asking 100 x its estimated time: a typo, no
 MAX_PATH = 4096              # PATH_MAX of Linux: the longest path a system call takes
 
 
-# option -> its allowed values: the paper's text first (the default), then the official code's
-FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {
-    "quant_ranges": ("buffers", "gossiped"),
-    "act_rounding": ("nearest", "stochastic"),
-    "range_evonorm_fp": ("hardsigmoid", "sigmoid"),
-    "choco_form": ("paper", "code"),
-    "choco_replicas": ("per-neighbour", "official-aggregate"),
-    "bytes_metric": ("exact", "legacy"),
-    "cell_settings": ("paper", "run.sh"),
-    "final_rounds": ("gossip-only", "train-forward", "allreduce"),
-    "crop_sampling": ("log-uniform", "uniform-swap"),
-    "epoch_test": ("after-gossip", "before-last-gossip"),
-    "final_round_limit": ("cell", "epoch-batches"),
-    "final_trailing_forward": (False, True),
-    "test_batch": (1024, 64),
-    "rng_streams": RNG_STREAMS,
-}
 # one switch for the whole set: "paper" (every default) or "official" (every official-code value)
 FIDELITY_PRESETS: dict[str, dict[str, Any]] = {
     "paper": {k: v[0] for k, v in FIDELITY_CHOICES.items()},

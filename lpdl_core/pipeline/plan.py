@@ -17,6 +17,7 @@ from typing import Callable
 from ..config import DATASET_SPECS, PROFILES, Fidelity
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
+from ..decentral.engine import EngineCfg
 from ..decentral.optim import OptimCfg
 from ..decentral.topology import Topology
 from ..errors import ConfigError
@@ -64,6 +65,20 @@ class Plan:
     mapping: tuple[str, ...] = ()
     hub_models: tuple[str, ...] = ()  # Hugging Face hub repositories the run loads (tokenizer, weights)
     make_model: Callable | None = field(default=None, compare=False, repr=False)
+
+    # The fidelity options that reach the data or the engine are wired here, once, for a solo run
+    # (lpdl_core.pipeline.runcell) and a pack (lpdl_core.pipeline.runpack) alike.
+    def load_data(self, *, offline: bool = False):
+        """The plan's dataset (a DataSplit), with the fidelity's crop sampling."""
+        from ..data.registry import load_dataset
+
+        return load_dataset(self.dataset, offline=offline, crop_sampling=self.fidelity.crop_sampling,
+                            **self.dataset_kwargs)
+
+    def engine_cfg(self, **how) -> EngineCfg:
+        """How the plan runs (executor, device, compile, ...: never what it computes), with the
+        fidelity's random streams."""
+        return EngineCfg(rng_streams=self.fidelity.rng_streams, **how)
 
 
 def _topology(cell: Cell) -> Topology:

@@ -10,7 +10,6 @@ from typing import Callable
 
 from ..config import PROFILES, Fidelity
 from ..specs.executors import DEFAULT_EXECUTOR
-from ..decentral.engine import EngineCfg
 from ..errors import ConfigError
 from ..training.train import train
 from .cell import Cell
@@ -39,7 +38,6 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
     file. Before any work, out_dir must be writable and the device available. A finished copy
     of exactly this run by this library code in out_dir/.kept is restored instead of recomputed.
     """
-    from ..data.registry import load_dataset
     from ..decentral.engine import resolve_device
     from .runstore import run_data, run_identity
 
@@ -58,10 +56,9 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         return done
     resolve_device(device)  # no CUDA: one line now, not after loading the data
     plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
-    split = load_dataset(plan.dataset, offline=offline, crop_sampling=plan.fidelity.crop_sampling,
-                         **plan.dataset_kwargs)
-    engine = EngineCfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
-                       compile_mode=compile_mode, rng_streams=plan.fidelity.rng_streams, fused_quant=fused_quant)
+    split = plan.load_data(offline=offline)
+    engine = plan.engine_cfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
+                             compile_mode=compile_mode, fused_quant=fused_quant)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)

@@ -39,7 +39,6 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
                      fused_quant: bool = False, data_root: str | None = None, offline: bool = False,
                      progress: Callable[[str, dict], None] | None = None) -> dict[str, dict | Exception]:
     """Every cell's metrics (or the error that stopped it), by cell id. progress(cell_id, event)."""
-    from ..data.registry import load_dataset
     from ..decentral.engine import resolve_device
     from ..training.pack import PackedRun, batch_plan
     from .runstore import run_data, run_identity
@@ -76,8 +75,7 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
         key = (plan0.dataset, repr(sorted(plan0.dataset_kwargs.items())))
         try:
             if key not in splits:
-                splits[key] = load_dataset(plan0.dataset, offline=offline, crop_sampling=fidelity.crop_sampling,
-                                           **plan0.dataset_kwargs)
+                splits[key] = plan0.load_data(offline=offline)
         except (LpdlError, OSError, ValueError) as e:  # e.g. a dataset that is not there (offline)
             out.update({item[0].cell_id: e for item in items})
             continue
@@ -112,7 +110,6 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
 
 def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compile_mode, fused_quant,
                  report) -> dict[str, dict]:
-    from ..decentral.engine import EngineCfg
     from ..training.pack import train_pack
 
     ids = [c.cell_id for c, _, _ in stack]
@@ -121,8 +118,8 @@ def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compi
         for d in dirs:  # one live run per run folder (lpdl_core.pipeline.runlock)
             held.enter_context(hold_run_folder(d))
             d.mkdir(parents=True, exist_ok=True)
-        engine = EngineCfg(executor=executor, device=device, compile=compile, compile_mode=compile_mode,
-                           rng_streams=stack[0][1].fidelity.rng_streams, fused_quant=fused_quant)
+        engine = stack[0][1].engine_cfg(executor=executor, device=device, compile=compile,
+                                        compile_mode=compile_mode, fused_quant=fused_quant)
 
         def progress(ev: dict) -> None:
             if "cell" in ev:

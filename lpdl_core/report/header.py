@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 import pandas as pd
 
 from ..config import Fidelity
+from ..specs.fidelity import OPTIONS as FIDELITY_MEANING  # option -> value -> what it means
 from ..pipeline import mini
 from ..pipeline.tidy import REAL_DATA
 from .data import not_learned_cells
@@ -49,34 +50,6 @@ def _profile_notes(protocol: str) -> dict[str, str]:
 
 
 FIDELITY_DEFAULTS = asdict(Fidelity())  # the paper's text, as every run defaults to
-FIDELITY_MEANING = {
-    "quant_ranges": {"buffers": "each node keeps its own activation ranges (paper)",
-                     "gossiped": "activation ranges gossiped with the model (official code)"},
-    "act_rounding": {"nearest": "nearest activation rounding (paper)",
-                     "stochastic": "stochastic activation rounding in training and eval (official code)"},
-    "range_evonorm_fp": {"hardsigmoid": "FP Range EvoNorm with the paper's hardsigmoid",
-                         "sigmoid": "FP Range EvoNorm with the official sigmoid"},
-    "choco_form": {"paper": "paper's CHOCO update", "code": "official code's CHOCO update"},
-    "choco_replicas": {"per-neighbour": "one replica per neighbour (paper)",
-                       "official-aggregate": "official code's aggregate replica"},
-    "bytes_metric": {"exact": "exact bytes on the wire", "legacy": "official 6k+3 byte count"},
-    "cell_settings": {"paper": "cells as the paper's text gives them",
-                      "run.sh": "the official run.sh settings where it ran the cell"},
-    "final_rounds": {"gossip-only": "final rounds only gossip",
-                     "train-forward": "final rounds run a train-mode forward first (official code)",
-                     "allreduce": "one exact average (all-reduce) in place of the final rounds"},
-    "crop_sampling": {"log-uniform": "Imagenette crops with current torchvision's sampling",
-                      "uniform-swap": "Imagenette crops with the official torchvision 0.2.1 sampling"},
-    "epoch_test": {"after-gossip": "each epoch tested after its last gossip",
-                   "before-last-gossip": "each epoch tested before its last gossip (official code)"},
-    "final_round_limit": {"cell": "the cell's final gossip rounds",
-                          "epoch-batches": "at most L - 1 final rounds, L batches per epoch (official code)"},
-    "final_trailing_forward": {False: "no forward after the final rounds",
-                               True: "one train-mode forward after the final rounds (official code)"},
-    "test_batch": {1024: "test batch 1024", 64: "test batch 64 (official code)"},
-    "rng_streams": {"per-node": "each node draws its own random streams",
-                    "shared": "all nodes share one random stream (official code)"},
-}
 
 
 def _hms(seconds: float) -> str:
