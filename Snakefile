@@ -10,7 +10,7 @@ min_version("9")
 configfile: "config/config.yaml"
 
 
-from lpdl_core.pipeline.hooks import (
+from lpdl_core.pipeline.workflow.hooks import (
     check_results_current,
     planned_rules,
     prefetch_before_training,
@@ -53,7 +53,7 @@ rule all:
 
 # Before the first job: the data the train jobs load, verified (paper profile). After the default
 # target: does the report show exactly what the run folders hold and the config asks for?
-# (lpdl_core.pipeline.hooks; each fails the invocation in one line)
+# (lpdl_core.pipeline.workflow.hooks; each fails the invocation in one line)
 onstart:
     prefetch_before_training(
         profile=PROFILE,

@@ -99,7 +99,7 @@ GPU_REQUESTS = ("gpus", "gres")  # how SLURM jobs ask for GPUs: sbatch --gpus=N 
 PACKAGE_DIR = Path(__file__).resolve().parent   # lpdl_core/, wherever it is installed
 
 # ---- limits: the largest values lpdl accepts, one home for the command line (lpdl_core.cli.args),
-# the cells CSVs (lpdl_core.pipeline.cells) and the workflow config (pipeline.wfconfig) ----------
+# the cells CSVs (lpdl_core.pipeline.cells.tables) and the workflow config (pipeline.workflow.wfconfig) ----------
 # A seed reaches numpy's legacy RandomState (scikit-learn's random_state), which takes 32 bits, and
 # torch generators (64 bits; a run seeds seed, seed + 1 and seed + 2): 2**32 - 1 fits every one.
 MAX_SEED = 2**32 - 1
@@ -142,7 +142,7 @@ class Fidelity:
     bytes_metric: "exact" | "legacy" (the official 4(d+1) / 6k+3 count).
     cell_settings: "paper" (each cell as the paper's text describes it) | "run.sh" (the settings
         the official run.sh used for the cells it ran: typo compression ratios, Table 4's graph,
-        epochs and milestones, ...; lpdl_core.pipeline.runsh).
+        epochs and milestones, ...; lpdl_core.pipeline.recipe.runsh).
     final_rounds: "gossip-only" (the final gossip rounds only mix) | "train-forward" (official:
         each final round first runs a train-mode forward and backward on a batch, with no
         optimizer step, updating activation ranges and normalization statistics) | "allreduce"

@@ -30,7 +30,7 @@ def small_paper_dir(dst: Path, n: int = 2, table: str = "table3", cell: str | No
     the machinery trains 1 or 2 epochs instead of the protocol's 6."""
     import csv
 
-    from lpdl_core.pipeline.cells import PAPER_DIR, load_cells
+    from lpdl_core.pipeline.cells.tables import PAPER_DIR, load_cells
 
     dst.mkdir(parents=True)
     ids = [c.cell_id for c in load_cells(None, tables=[table])]

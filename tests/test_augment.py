@@ -449,9 +449,9 @@ def test_fidelity_crop_sampling_reaches_augment_batch():
 def test_runs_load_their_data_with_the_fidelity_crop_sampling(tmp_path, monkeypatch, packed_run):
     """run_cell and run_cells_packed hand Fidelity.crop_sampling to the dataset loader."""
     from lpdl_core.data import registry
-    from lpdl_core.pipeline.cells import cells_by_id, load_cells
-    from lpdl_core.pipeline.runcell import run_cell
-    from lpdl_core.pipeline.runpack import run_cells_packed
+    from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+    from lpdl_core.pipeline.run.runcell import run_cell
+    from lpdl_core.pipeline.run.runpack import run_cells_packed
 
     seen = []
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lpdl_core.pipeline.cell import Cell
-from lpdl_core.pipeline.cells import PAPER_DIR, COLUMNS, cells_by_id, expected_counts, load_cells
+from lpdl_core.pipeline.cells.cell import Cell
+from lpdl_core.pipeline.cells.tables import PAPER_DIR, COLUMNS, cells_by_id, expected_counts, load_cells
 
 # The paper's text (arXiv 2111.09389 v1 as plain text, tables tab-separated) does not ship with the
 # repository; set LPDL_PAPER_TXT to a copy to check every paper_acc against it.
@@ -198,7 +198,7 @@ def test_the_papers_226_ids_and_run_identities_are_the_stored_ones():
     import json
 
     from lpdl_core.config import Fidelity
-    from lpdl_core.pipeline.runstore import run_identity, run_key
+    from lpdl_core.pipeline.run.runstore import run_identity, run_key
 
     stored = json.loads((Path(__file__).parent / "data" / "paper-identities.json").read_text())
     cells = load_cells()

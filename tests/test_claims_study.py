@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lpdl_core.pipeline.grids import load_grid
-from lpdl_core.pipeline.tidy import CELL_COLUMNS, RUN_COLUMNS
+from lpdl_core.pipeline.cells.grids import load_grid
+from lpdl_core.pipeline.results.tidy import CELL_COLUMNS, RUN_COLUMNS
 from lpdl_core.report.build import build_report
 from lpdl_core.report.claims import check_claims
 from lpdl_core.report.grids import grid_effects, load_spec, spec_dict
@@ -96,7 +96,7 @@ def test_the_claims_studys_report_has_verdicts_by_length_and_the_figure(tmp_path
     the figure of effect against epochs, the grid's effects by length; no claim 6 (no cost model)."""
     d = tmp_path / "results" / "mini-claims"
     (d / "tables").mkdir(parents=True)
-    from lpdl_core.pipeline.aggregate import summarize
+    from lpdl_core.pipeline.results.aggregate import summarize
 
     grid_runs().to_csv(d / "runs.csv", index=False)
     summarize(grid_runs(), GRID.cells, "mini", grid=True).to_csv(d / "tables/claims.csv", index=False)
@@ -143,9 +143,9 @@ def test_a_grid_cell_reuses_the_paper_run_of_its_settings_and_length(tmp_path):
     from report_inputs import write_run
 
     from lpdl_core.config import Fidelity
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.runcell import reuse_paper_runs
-    from lpdl_core.pipeline.runstore import read_run_metrics, run_identity
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.run.runcell import reuse_paper_runs
+    from lpdl_core.pipeline.run.runstore import read_run_metrics, run_identity
 
     cell = next(c for c in GRID.cells if c.cell_id == "claims-resnet20-dring8-c99-s0-ds-int8-len6")
     paper_id = "t2-resnet20-dring8-c99-s0-ds-int8"

@@ -1,4 +1,4 @@
-"""Each cell column's roles are declared once, on Cell (lpdl_core.pipeline.column_roles): every list
+"""Each cell column's roles are declared once, on Cell (lpdl_core.pipeline.cells.column_roles): every list
 of columns derives from them, and a grid's table keeps every column its cells differ in."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from dataclasses import dataclass, fields
 import pandas as pd
 import pytest
 
-from lpdl_core.pipeline import column_roles
-from lpdl_core.pipeline.aggregate import AXES, GRID_AXES, write_aggregate
-from lpdl_core.pipeline.cell import NOT_COLUMNS, Cell, columns, parse_column
-from lpdl_core.pipeline.cells import COLUMNS, EXTENSION_COLUMNS, load_cells
-from lpdl_core.pipeline.grids import available, load_grid
+from lpdl_core.pipeline.cells import column_roles
+from lpdl_core.pipeline.results.aggregate import AXES, GRID_AXES, write_aggregate
+from lpdl_core.pipeline.cells.cell import NOT_COLUMNS, Cell, columns, parse_column
+from lpdl_core.pipeline.cells.tables import COLUMNS, EXTENSION_COLUMNS, load_cells
+from lpdl_core.pipeline.cells.grids import available, load_grid
 
 GRID = """\
 description: every kind of column a grid may vary

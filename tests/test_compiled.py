@@ -99,7 +99,7 @@ def test_engine_settings_are_checked_where_they_are_made(kw, message):
 
 def test_the_workflow_config_refuses_compile_without_the_batched_executor():
     import yaml
-    from lpdl_core.pipeline.wfconfig import check_workflow_config
+    from lpdl_core.pipeline.workflow.wfconfig import check_workflow_config
     from lpdl_core.errors import ConfigError
     cfg = yaml.safe_load(open("config/config.yaml"))
     schema = yaml.safe_load(open("workflow/schemas/config.schema.yaml"))

@@ -322,8 +322,8 @@ def test_all_kinds_keep_dtype_and_device():
 
 def test_top_k_is_the_one_constructor_of_the_papers_compression():
     """A cell's percent, the official k and the demo's fraction all become CompressorCfg.top_k(drop)."""
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.runcell import plan_cell
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.run.runcell import plan_cell
     assert CompressorCfg.top_k(0) == CompressorCfg()
     assert CompressorCfg.top_k(0.99, bytes_metric="legacy") == CompressorCfg(kind="topk", ratio=0.99,
                                                                              bytes_metric="legacy")

@@ -8,14 +8,14 @@ import pytest
 import yaml
 
 from lpdl_core import config
-from lpdl_core.pipeline.wfconfig import with_vocabulary
+from lpdl_core.pipeline.workflow.wfconfig import with_vocabulary
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_config_imports_no_torch():
-    code = ("import sys, lpdl_core.config, lpdl_core.pipeline.cells, lpdl_core.pipeline.jobs, lpdl_core.pipeline.mini, "
-            "lpdl_core.pipeline.runstore\n"
+    code = ("import sys, lpdl_core.config, lpdl_core.pipeline.cells.tables, lpdl_core.pipeline.workflow.jobs, "
+            "lpdl_core.pipeline.recipe.mini, lpdl_core.pipeline.run.runstore\n"
             "print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
@@ -58,7 +58,9 @@ def test_the_library_names_are_the_vocabulary():
     """Modules that name their own choices re-export the vocabulary's tuples (no copies)."""
     from lpdl_core.decentral import optim, topology
     from lpdl_core.models import registry as models
-    from lpdl_core.pipeline import cell, cells, jobs
+    from lpdl_core.pipeline.cells import cell
+    from lpdl_core.pipeline.cells import tables as cells
+    from lpdl_core.pipeline.workflow import jobs
     from lpdl_core.quant import norms
     from lpdl_core.training import schedule
 

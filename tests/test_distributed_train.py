@@ -138,7 +138,7 @@ def test_only_node_process_runs_distributed():
 def test_launch_helpers():
     from lpdl_core import cli
     from lpdl_core.cli import launch
-    from lpdl_core.pipeline.slurm_env import slurm_master_env
+    from lpdl_core.pipeline.workflow.slurm_env import slurm_master_env
     from lpdl_core.training import group
 
     assert cli.DEFAULT_TIMEOUT_S == group.DEFAULT_TIMEOUT_S

@@ -8,7 +8,7 @@ import pytest
 from report_inputs import CELLS, PAPER, finish, report_data
 
 from lpdl_core.config import Fidelity
-from lpdl_core.pipeline.runstore import run_identity
+from lpdl_core.pipeline.run.runstore import run_identity
 from lpdl_core.report.build import build_report, mini_effects
 from lpdl_core.report.claims import check_claims
 from lpdl_core.report.data import not_learned_cells

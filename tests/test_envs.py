@@ -115,7 +115,7 @@ def test_project_layout():
 
 def test_an_installed_lpdl_has_the_paper_cells(tmp_path):
     """From a folder that is not the checkout, the default cells still load (package data)."""
-    code = "from lpdl_core.pipeline.cells import load_cells; print(len(load_cells()))"
+    code = "from lpdl_core.pipeline.cells.tables import load_cells; print(len(load_cells()))"
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert p.returncode == 0, p.stderr
@@ -128,7 +128,7 @@ def test_the_aggregate_and_report_steps_run_without_torch(tmp_path):
     import (first on the path)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from report_inputs import cost_json, write_run
-    from lpdl_core.pipeline.paper_partitions import partition_figures_frame
+    from lpdl_core.pipeline.results.paper_partitions import partition_figures_frame
 
     root = tmp_path / "results" / "mini"
     write_run(root, "t2-resnet20-dring8-c0-s0-ds-fp32", 1234, 90.0)
@@ -140,8 +140,8 @@ def test_the_aggregate_and_report_steps_run_without_torch(tmp_path):
         (poison / mod).mkdir(parents=True)
         (poison / mod / "__init__.py").write_text(f'raise ImportError("{mod} was imported by a light step")\n')
     code = ("import sys\nfrom pathlib import Path\n"
-            "from lpdl_core.pipeline.aggregate import write_aggregate\n"
-            "from lpdl_core.pipeline.cells import load_cells\n"
+            "from lpdl_core.pipeline.results.aggregate import write_aggregate\n"
+            "from lpdl_core.pipeline.cells.tables import load_cells\n"
             "from lpdl_core.report.build import build_report\n"
             "root = Path(sys.argv[1])\n"
             "write_aggregate(root, load_cells(), profile='mini', tables=['table2'])\n"

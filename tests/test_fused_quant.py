@@ -166,7 +166,7 @@ def test_the_settings_refuse_fused_quant_with_compile_and_reach_the_train_comman
     import yaml
 
     from lpdl_core.cli.parser import build_parser
-    from lpdl_core.pipeline.wfconfig import check_workflow_config
+    from lpdl_core.pipeline.workflow.wfconfig import check_workflow_config
     from lpdl_core.errors import ConfigError
     from lpdl_core.training.bench import bench_step
 

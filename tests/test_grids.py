@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from lpdl_core.errors import ConfigError
-from lpdl_core.pipeline.grids import load_grid
-from lpdl_core.pipeline.runcell import plan_cell
+from lpdl_core.pipeline.cells.grids import load_grid
+from lpdl_core.pipeline.run.runcell import plan_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = """
@@ -138,8 +138,8 @@ def test_two_cells_with_different_settings_never_share_an_id(tmp_path):
 def test_a_length_ladder_is_an_axis_of_runs_of_their_own(tmp_path):
     """`lengths` sets mini_epochs, one cell per length: each its own id (-len<n>), its own run
     identity and its own mini protocol, and never the same run as another length."""
-    from lpdl_core.pipeline.mini import mini_run, same_runs
-    from lpdl_core.pipeline.runstore import run_identity, run_key
+    from lpdl_core.pipeline.recipe.mini import mini_run, same_runs
+    from lpdl_core.pipeline.run.runstore import run_identity, run_key
 
     g = _grid(tmp_path, SPEC + "lengths: [12, 6]\n")
     assert g.lengths == (6, 12) and g.axes["length"] == {"6": {"mini_epochs": 6}, "12": {"mini_epochs": 12}}
@@ -178,8 +178,8 @@ def test_seed_and_length_are_not_column_axes(tmp_path, axis, message):
 def test_the_shipped_claims_grid_is_table2s_resnet20_cells_at_three_lengths():
     """Every cell of the claims grid at 6 epochs is the mini run of a Table 2 cell (mini.twins),
     so `make reproduce-claims` reuses `make reproduce`'s runs; at 12 and 24 epochs none is."""
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.mini import twins
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.recipe.mini import twins
 
     g = load_grid("claims", ROOT)
     assert g.claims and g.lengths == (6, 12, 24) and len(g.cells) == 4 * 2 * 2 * 2 * 3
@@ -193,8 +193,8 @@ def test_the_shipped_claims_grid_is_table2s_resnet20_cells_at_three_lengths():
 def test_adding_a_rung_to_the_ladder_renames_and_replans_no_finished_length(tmp_path):
     """A ladder of one length already names it; a longer ladder keeps every earlier cell's id, run
     identity and training job, so its finished runs are never trained again."""
-    from lpdl_core.pipeline.jobs import plan_jobs
-    from lpdl_core.pipeline.runstore import run_identity
+    from lpdl_core.pipeline.workflow.jobs import plan_jobs
+    from lpdl_core.pipeline.run.runstore import run_identity
 
     one = _grid(tmp_path, SPEC + "lengths: [6]\n")
     two = _grid(tmp_path, SPEC + "lengths: [6, 12]\n")

@@ -361,8 +361,8 @@ def test_distributed_equals_loop(case, dist_run):
 def test_a_cells_momentum_column_picks_guts_official_settings():
     """momentum nesterov -> GUT (μ 0.9, β 0), qgm -> QG-GUTm (β 0.9, μ 0.06: the official README's
     QG-GUTm run; μ 0.9 with β 0.9 diverged in the heterogeneity grid), both on plain SGD."""
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.runcell import plan_cell
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.run.runcell import plan_cell
 
     from dataclasses import replace
 
@@ -377,10 +377,10 @@ def test_the_settings_a_gut_cell_selects_are_part_of_its_runs_identity(monkeypat
     cells of other algorithms carry no such part (the paper's identities are unchanged)."""
     from lpdl_core.config import Fidelity
     from lpdl_core.errors import RunMismatch
-    from lpdl_core.pipeline import own_momentum
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.runstore import check_identity, run_identity
+    from lpdl_core.pipeline.recipe import own_momentum
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.run.runstore import check_identity, run_identity
 
     cell = next(c for c in load_grid("heterogeneity").cells if c.algorithm == "gut")
     ident = run_identity(cell, profile="mini", seed=1, fidelity=Fidelity())

@@ -42,8 +42,8 @@ from repo_copy import copy_repo
 
 from lpdl_core.cli import main
 from lpdl_core.config import MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_SEED
-from lpdl_core.pipeline.cells import COLUMNS, PAPER_DIR, load_cells
-from lpdl_core.pipeline.runlock import LOCK_NAME, RunFolderBusy, hold_run_folder, live_owner
+from lpdl_core.pipeline.cells.tables import COLUMNS, PAPER_DIR, load_cells
+from lpdl_core.pipeline.run.runlock import LOCK_NAME, RunFolderBusy, hold_run_folder, live_owner
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -426,7 +426,7 @@ def test_results_report_without_the_aggregate_step_is_one_line(capsys, tmp_path,
 
 
 def test_results_diverged_run_writes_standard_json(tmp_path):
-    from lpdl_core.pipeline.results import save_run
+    from lpdl_core.pipeline.run.results import save_run
     from lpdl_core.training.train import RunResult
 
     res = RunResult(status="diverged", epochs_done=1, curve=[{"epoch": 0, "train_loss": float("nan")}],
@@ -695,9 +695,9 @@ def _metrics(repo: Path) -> Path:
 
 
 def _job_of(cell_id: str):
-    """The mini profile's training job that runs cell_id (lpdl_core.pipeline.jobs)."""
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.jobs import plan_jobs
+    """The mini profile's training job that runs cell_id (lpdl_core.pipeline.workflow.jobs)."""
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.workflow.jobs import plan_jobs
 
     return next(j for j in plan_jobs(load_cells(), "mini") if cell_id in j.cells)
 
@@ -992,8 +992,8 @@ def test_a_cell_that_diverges_in_its_first_epoch_is_a_marked_cell_not_a_failed_r
 
 def test_a_curve_with_no_rows_of_a_run_that_diverged_in_epoch_one_is_read(tmp_path, finished_run):
     """Runs written before curve.csv kept its header hold a single newline: read as no rows."""
-    from lpdl_core.pipeline.cells import cells_by_id
-    from lpdl_core.pipeline.tidy import read_runs
+    from lpdl_core.pipeline.cells.tables import cells_by_id
+    from lpdl_core.pipeline.results.tidy import read_runs
 
     run = _copy(finished_run, tmp_path / "runs" / FAST_CELL / "seed1234")
     m = json.loads((run / "metrics.json").read_text())
@@ -1163,7 +1163,7 @@ def _writers():
     import torch
 
     from lpdl_core.decentral.partition import write_histograms
-    from lpdl_core.pipeline.prefetch import write_manifest
+    from lpdl_core.pipeline.workflow.prefetch import write_manifest
     from lpdl_core.atomic import write_atomic, write_json
     from lpdl_core.training.checkpoint import save_atomic
 

@@ -2,7 +2,8 @@
 
     entry       cli, __main__
     report      report/             torch-free: reads the tidy files the DAG gives it
-    pipeline    pipeline/           cells, mini protocol, run store, tidy frames (torch-free but runcell and
+    pipeline    pipeline/           cells/ < recipe/ < run/ < results/ < workflow/, the same rule inside
+                                    (torch-free but a plan's model factory, the run modules and
                                     preflight_shape, which run a cell and measure a job shape)
     training    training/           one training run, benchmarks, cost model
     blocks      decentral/ models/ quant/ data/
@@ -86,13 +87,30 @@ def test_the_decentralized_math_needs_no_model_data_or_quantizer():
     assert not bad, bad
 
 
+PIPELINE = ("cells", "recipe", "run", "results", "workflow")  # pipeline/'s subpackages, lowest first
+
+
+def test_pipeline_subpackages_import_only_downwards():
+    """cells/ (what a cell is) < recipe/ (its run's configs) < run/ (a run folder) < results/ (tidy
+    frames) < workflow/ (what Snakemake plans); every pipeline module lives in one of them."""
+    def level(mod: str) -> int | None:
+        parts = mod.split(".")
+        return PIPELINE.index(parts[2]) if len(parts) > 2 and parts[1] == "pipeline" else None
+
+    loose = [m for m in GRAPH if m.startswith("lpdl_core.pipeline.") and level(m) is None]
+    assert not loose, f"pipeline modules outside its subpackages: {loose}"
+    up = [f"{m} -> {d}" for m, deps in GRAPH.items() if level(m) is not None
+          for d in deps if level(d) is not None and level(d) > level(m)]
+    assert not up, up
+
+
 def test_the_report_reads_results_not_training_code():
     allowed = ("lpdl_core.report", "lpdl_core.config", "lpdl_core.errors", "lpdl_core.atomic", "lpdl_core.provenance",
                "lpdl_core.specs",
                "lpdl_core.pipeline")
-    running = ("lpdl_core.pipeline.runcell", "lpdl_core.pipeline.runpack", "lpdl_core.pipeline.results")
+    running = ("lpdl_core.pipeline.run", "lpdl_core.pipeline.workflow")
     bad = [f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith("lpdl_core.report")
-           for d in deps if not d.startswith(allowed) or d in running]
+           for d in deps if not d.startswith(allowed) or d.startswith(running)]
     assert not bad, bad
 
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from lpdl_core.pipeline.cells import cells_by_id, load_cells
-from lpdl_core.pipeline.jobs import plan_jobs
-from lpdl_core.pipeline.mini import BATCH_DIVISOR, STANDINS, mini_batch, mini_run, run_key, same_runs
+from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+from lpdl_core.pipeline.workflow.jobs import plan_jobs
+from lpdl_core.pipeline.recipe.mini import BATCH_DIVISOR, STANDINS, mini_batch, mini_run, run_key, same_runs
 from lpdl_core.training.schedule import ScheduleCfg, lr_at, lr_at_step
 
 ALL = load_cells()
@@ -30,8 +30,8 @@ def test_the_mini_protocol_is_part_of_a_runs_identity(monkeypatch):
     runs have no protocol part (the paper's columns are their protocol)."""
     from lpdl_core.config import Fidelity
     from lpdl_core.errors import RunMismatch
-    from lpdl_core.pipeline import mini
-    from lpdl_core.pipeline.runstore import check_identity, run_identity
+    from lpdl_core.pipeline.recipe import mini
+    from lpdl_core.pipeline.run.runstore import check_identity, run_identity
 
     c = CELLS["t1-vgg11-single-c0-s0-none-int8"]
     ident = run_identity(c, profile="mini", seed=1, fidelity=Fidelity())
@@ -63,9 +63,9 @@ def test_a_cells_mini_epochs_set_its_mini_run_and_identity():
 
     from lpdl_core.config import Fidelity
     from lpdl_core.errors import ConfigError
-    from lpdl_core.pipeline import mini
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.runstore import run_identity
+    from lpdl_core.pipeline.recipe import mini
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.run.runstore import run_identity
 
     c = CELLS["t2-resnet20-dring8-c99-s0.8-choco-int8"]
     assert c.mini_epochs == 0 and mini_run(c).epochs == mini.IMAGE_EPOCHS
@@ -88,7 +88,7 @@ def test_epochs_depend_on_the_data_kind_only():
 
 
 # What each stand-in builds (sha256 of its FP and 8-bit module trees' repr, first 16 hex digits),
-# beside the description that stands for it in its runs' identity (pipeline.mini.protocol).
+# beside the description that stands for it in its runs' identity (pipeline.recipe.mini.protocol).
 STANDIN_TREES = {
     "resnet20": ("CIFAR ResNet depth 8 (1 block per stage), widths 16/32/64", "c862bb0c66c9100d"),
     "resnet54": ("CIFAR ResNet depth 14 (2 blocks per stage), widths 16/32/64", "93f53a57e682ba94"),
@@ -199,8 +199,8 @@ def test_jobs_cover_every_cell_once_and_keep_shared_runs_with_their_primary():
 def test_mini_pack_jobs_are_one_per_pack_group_and_paper_pack_jobs_the_block_jobs():
     """cells_per_job pack: in the mini profile (one machine) each block job splits into its pack
     groups, which run side by side; the paper profile keeps the block jobs (fewer SLURM jobs)."""
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.jobs import pack_key
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.recipe.packing import pack_key
 
     grid = load_grid("heterogeneity").cells
     for cells in (ALL, grid):
@@ -242,9 +242,9 @@ def test_train_several_cells_in_one_process_shares_identical_runs(tmp_path):
 def test_an_image_job_imports_no_text_sklearn_or_plotting_stack():
     """Start-up is paid per job: an image cell must not import transformers, scikit-learn or
     matplotlib (the digits split is cached; the report draws the figures)."""
-    code = ("import sys\nfrom lpdl_core.pipeline.cells import cells_by_id, load_cells\n"
-            "from lpdl_core.pipeline.plan import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
-            "import lpdl_core.training.train, lpdl_core.pipeline.results\n"
+    code = ("import sys\nfrom lpdl_core.pipeline.cells.tables import cells_by_id, load_cells\n"
+            "from lpdl_core.pipeline.recipe.plan import plan_cell\nfrom lpdl_core.data.registry import load_dataset\n"
+            "import lpdl_core.training.train, lpdl_core.pipeline.run.results\n"
             "p = plan_cell(cells_by_id(load_cells())['t2-resnet20-dring8-c0-s0-ds-int8'], 'mini')\n"
             "load_dataset(p.dataset, **p.dataset_kwargs); p.make_model()\n"
             "print(sorted(k for k in ('transformers', 'sklearn', 'matplotlib') if k in sys.modules))\n")
@@ -262,12 +262,12 @@ def test_an_image_job_imports_no_text_sklearn_or_plotting_stack():
     ("t1-agnews-distilbert-single-c0-s0-none-fp32", 50.0),  # text >= 2x chance (4 classes)
 ])
 def test_the_mini_protocol_learns(cell_id, bound, tmp_path, one_thread):
-    """A guard on the protocol (lpdl_core.pipeline.mini), not a measurement of it (docs/mini-profile.md has
+    """A guard on the protocol (lpdl_core.pipeline.recipe.mini), not a measurement of it (docs/mini-profile.md has
     the full grid on three seeds): representative cells reach their learning target. Measured
     on seeds 1234, 1 and 2 these end at 96.7-97.2, 96.5-97.5, 97.2-98.1 and 67.9-72.6 %, so the
     bounds leave room for another CPU's summation order, which moves a run by a few of the 360
     test samples (the text stand-in has 336)."""
-    from lpdl_core.pipeline.runcell import run_cell
+    from lpdl_core.pipeline.run.runcell import run_cell
 
     m = run_cell(CELLS[cell_id], tmp_path, "mini", device="cpu")
     assert m["status"] == "ok" and m["final"]["mean_acc"] >= bound, m["final"]["mean_acc"]
@@ -279,8 +279,8 @@ def test_a_mini_run_key_reads_every_column_its_run_depends_on():
     compressor (extension columns) never share a run, and QSGD at 0 % is not D-PSGD."""
     from dataclasses import fields, replace
 
-    from lpdl_core.pipeline.cell import Cell
-    from lpdl_core.pipeline.mini import RUN_AXES, gossip_kind
+    from lpdl_core.pipeline.cells.cell import Cell
+    from lpdl_core.pipeline.recipe.mini import RUN_AXES, gossip_kind
 
     not_read = {"table", "block", "notes", "paper_acc", "epochs", "lr_schedule", "milestones", "seed", "algorithm",
                 "id_suffix"}

@@ -151,8 +151,8 @@ def test_official_preset_sets_the_protocol_and_paper_keeps_lpdls():
 
 
 def test_plan_cell_hands_the_protocol_options_to_the_run():
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.runcell import plan_cell
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.run.runcell import plan_cell
     cell = next(c for c in load_cells() if c.final_gossip_rounds)
     run = plan_cell(cell, "mini", fidelity=Fidelity.preset("official")).run
     assert (run.epoch_test, run.final_round_limit, run.final_trailing_forward, run.test_batch) == \
@@ -180,8 +180,8 @@ def test_each_run_records_its_models_before_the_final_rounds_and_what_an_exact_a
 
 
 def test_runs_csv_carries_the_before_final_numbers_and_survives_garbage():
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.tidy import RUN_COLUMNS, run_row
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.results.tidy import RUN_COLUMNS, run_row
     cell = load_cells()[0]
     m = {"status": "ok", "final": {"mean_acc": 50.0, "avg_model_acc": 60.0, "node_acc": [50.0]},
          "before_final": {"mean_acc": 40.0, "avg_model_acc": 58.0, "consensus_distance": 2.0}, "config": {}}

@@ -12,9 +12,9 @@ import pytest
 from lpdl_core.config import ALGORITHMS, COMPRESSORS, GRAPHS
 from lpdl_core.data.registry import load_dataset
 from lpdl_core.decentral.engine import EngineCfg
-from lpdl_core.pipeline.cells import COLUMNS, EXTENSION_COLUMNS, PAPER_DIR, load_cells
-from lpdl_core.pipeline.runcell import plan_cell
-from lpdl_core.pipeline.runstore import run_identity, run_key
+from lpdl_core.pipeline.cells.tables import COLUMNS, EXTENSION_COLUMNS, PAPER_DIR, load_cells
+from lpdl_core.pipeline.run.runcell import plan_cell
+from lpdl_core.pipeline.run.runstore import run_identity, run_key
 from lpdl_core.decentral.partition import DIRICHLET_EPOCH
 from lpdl_core.training.train import train
 

@@ -219,9 +219,9 @@ def test_an_8bit_pack_trains_like_its_solo_runs():
 
 
 def test_packed_mini_cells_write_their_own_runs_equal_to_solo(tmp_path):
-    from lpdl_core.pipeline.cells import cells_by_id, load_cells
-    from lpdl_core.pipeline.runcell import run_cell
-    from lpdl_core.pipeline.runpack import PACK_CHECKPOINT, run_cells_packed
+    from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+    from lpdl_core.pipeline.run.runcell import run_cell
+    from lpdl_core.pipeline.run.runpack import PACK_CHECKPOINT, run_cells_packed
 
     cells = cells_by_id(load_cells())
     ids = ["t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32"]
@@ -243,8 +243,9 @@ def test_packed_mini_cells_write_their_own_runs_equal_to_solo(tmp_path):
 
 
 def test_the_planner_counts_the_stacks_the_jobs_form():
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.jobs import batch_plan, pack_key, pack_stacks, plan_jobs
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.recipe.packing import batch_plan, pack_key, pack_stacks
+    from lpdl_core.pipeline.workflow.jobs import plan_jobs
 
     cells = load_cells()
     jobs = plan_jobs(cells, "paper", "pack")
@@ -262,16 +263,16 @@ def test_the_planner_counts_the_stacks_the_jobs_form():
 
 
 def test_the_planner_and_the_run_agree_on_every_partitions_batches():
-    """The paper-profile planner (pipeline.jobs.batch_plan, torch-free, on the dataset's class sizes)
+    """The paper-profile planner (pipeline.recipe.packing.batch_plan, torch-free, on the dataset's class sizes)
     and the training run (training.pack.batch_plan, on the loaded labels) give a cell the same
     (iterations per epoch, L): the skew split's L is its largest shard, a Dirichlet split's its
     mean shard (partition.epoch_samples), so Dirichlet cells of any alpha stack together."""
     from types import SimpleNamespace
 
     from lpdl_core.decentral.partition import KNOWN_CLASS_SIZES, labels_from_class_sizes
-    from lpdl_core.pipeline.runcell import plan_cell
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.jobs import batch_plan as planned
+    from lpdl_core.pipeline.run.runcell import plan_cell
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.recipe.packing import batch_plan as planned
     from lpdl_core.training.pack import batch_plan as trained
 
     cells = load_grid("heterogeneity").cells
@@ -291,8 +292,8 @@ def test_the_planner_and_the_run_agree_on_every_partitions_batches():
 
 
 def test_a_pack_is_billed_by_its_measured_step_or_as_its_solo_steps():
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.runtime import StepTimes
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.workflow.runtime import StepTimes
 
     cell = next(c for c in load_cells() if c.cell_id == "t2-resnet20-dring8-c0-s0-ds-int8")
     base = dict(ref_model="resnet20", ref_nodes=8, ref_batch=32, macs_per_sample={"resnet20": 1.0},
@@ -327,7 +328,7 @@ def test_a_pack_compiles_as_one_graph_and_equals_its_eager_steps():
 def test_the_workflow_config_takes_pack_and_refuses_it_with_distributed_ranks():
     import yaml
 
-    from lpdl_core.pipeline.wfconfig import check_workflow_config
+    from lpdl_core.pipeline.workflow.wfconfig import check_workflow_config
     from lpdl_core.errors import ConfigError
 
     cfg = yaml.safe_load(open("config/config.yaml"))
@@ -342,8 +343,8 @@ def test_the_workflow_config_takes_pack_and_refuses_it_with_distributed_ranks():
 
 @pytest.mark.slow
 def test_a_packed_job_killed_halfway_resumes_every_cell_from_its_checkpoint(tmp_path):
-    from lpdl_core.pipeline.cells import cells_by_id, load_cells
-    from lpdl_core.pipeline.runpack import PACK_CHECKPOINT, run_cells_packed
+    from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+    from lpdl_core.pipeline.run.runpack import PACK_CHECKPOINT, run_cells_packed
 
     cells = cells_by_id(load_cells())
     todo = [cells[i] for i in ("t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32")]
@@ -369,8 +370,8 @@ def test_a_packed_job_killed_halfway_resumes_every_cell_from_its_checkpoint(tmp_
 
 
 def test_a_pack_whose_data_is_missing_reports_each_cell_and_goes_on(tmp_path):
-    from lpdl_core.pipeline.cells import cells_by_id, load_cells
-    from lpdl_core.pipeline.runpack import run_cells_packed
+    from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+    from lpdl_core.pipeline.run.runpack import run_cells_packed
 
     cells = cells_by_id(load_cells())
     todo = [cells[i] for i in ("t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32")]

@@ -1,4 +1,4 @@
-"""Prefetch, then offline jobs: `lpdl prefetch` (lpdl_core.pipeline.prefetch) fetches and verifies what
+"""Prefetch, then offline jobs: `lpdl prefetch` (lpdl_core.pipeline.workflow.prefetch) fetches and verifies what
 the cells' runs load through the loaders' own paths; train jobs run offline (`lpdl train
 --offline`, HF_HUB_OFFLINE=1) behind the workflow's download rule.
 
@@ -30,10 +30,10 @@ from test_data_text import AG_TEST, AG_TRAIN, SENTLEN_LINES, _write_sentlen
 from lpdl_core.cli import main
 from lpdl_core.config import DATASETS, PAPER_DATASETS, STANDIN_DATASETS
 from lpdl_core.data import cifar
-from lpdl_core.pipeline import prefetch as pf
+from lpdl_core.pipeline.workflow import prefetch as pf
 from lpdl_core.data import imagenette as inet
 from lpdl_core.data.download import md5sum
-from lpdl_core.pipeline.cells import PAPER_DIR, load_cells
+from lpdl_core.pipeline.cells.tables import PAPER_DIR, load_cells
 
 BIN = Path(sys.executable).parent
 REPO = "distilbert-base-uncased"
@@ -288,7 +288,7 @@ def test_no_train_job_depends_on_the_download_job():
     nodes = dict((num, name) for num, name in re.findall(r'^\s*(\d+)\[label = "([^"\\]+)', p.stdout, re.M))
     edges = set(re.findall(r"^\s*(\d+) -> (\d+)", p.stdout, re.M))
     train = {n for n, name in nodes.items() if name.startswith("train_")}
-    from lpdl_core.pipeline.jobs import plan_jobs
+    from lpdl_core.pipeline.workflow.jobs import plan_jobs
     assert len(train) == len(plan_jobs(load_cells(), "paper", "block")) and "download" not in nodes.values()
     assert not [e for e in edges if e[1] in train]  # nothing upstream of a train job
 

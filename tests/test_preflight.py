@@ -6,10 +6,10 @@ the real simulator) is slow; the rest is torch-free."""
 import pytest
 import yaml
 
-from lpdl_core.pipeline.cells import load_cells
-from lpdl_core.pipeline.preflight import SLURM_RETRIES, Shape, measured_times, shapes, verdict
-from lpdl_core.pipeline.runtime import StepTimes, step_kind
-from lpdl_core.pipeline.wfconfig import load
+from lpdl_core.pipeline.cells.tables import load_cells
+from lpdl_core.pipeline.workflow.preflight import SLURM_RETRIES, Shape, measured_times, shapes, verdict
+from lpdl_core.pipeline.workflow.runtime import StepTimes, step_kind
+from lpdl_core.pipeline.workflow.wfconfig import load
 from repo_copy import ROOT
 
 PAPER = load(ROOT, [str(ROOT / "config/paper.yaml")])
@@ -101,7 +101,7 @@ def test_a_measured_host_peak_raises_the_slurm_memory_request_never_lowers_it():
     least HOST_MARGIN x that; below PAPER_MEM_MB the request stays as it was."""
     from dataclasses import replace
 
-    from lpdl_core.pipeline.resources import HOST_MARGIN, PAPER_MEM_MB, Planner
+    from lpdl_core.pipeline.workflow.resources import HOST_MARGIN, PAPER_MEM_MB, Planner
 
     base = StepTimes.load(ROOT / "config/step-times.yaml")
     cell = next(c for c in load_cells(tables=["table2"]) if c.model == "resnet20")
@@ -116,8 +116,8 @@ def test_a_measured_host_peak_raises_the_slurm_memory_request_never_lowers_it():
 def test_the_preflight_job_asks_for_one_gpu_the_hungriest_host_memory_and_every_shape_timeout():
     """preflight_resources (the workflow's preflight rule): one GPU as gpu_request says, the
     largest host request of the shapes' models, and the shapes' timeouts as runtime, capped."""
-    from lpdl_core.pipeline.preflight import preflight_resources
-    from lpdl_core.pipeline.resources import Planner
+    from lpdl_core.pipeline.workflow.preflight import preflight_resources
+    from lpdl_core.pipeline.workflow.resources import Planner
 
     found = shapes(PAPER, load_cells(tables=PAPER["tables"]))
     base = StepTimes.load(ROOT / "config/step-times.yaml")
@@ -156,8 +156,8 @@ def test_snakemake_preflight_is_one_job_that_writes_the_step_times_and_the_verdi
 def test_an_interrupted_preflight_keeps_what_it_measured(monkeypatch):
     """`save` gets the step-times mapping after each measured shape, so a preflight killed at its
     time limit leaves a file of every shape measured before (the CLI writes it atomically)."""
-    import lpdl_core.pipeline.preflight as pf
-    from lpdl_core.pipeline.resources import Planner
+    import lpdl_core.pipeline.workflow.preflight as pf
+    from lpdl_core.pipeline.workflow.resources import Planner
 
     calls = []
 

@@ -329,7 +329,8 @@ def test_model_specs_agree_with_the_builders():
     """Each CNN spec has its network and its mini stand-in, the text model its own; the planner's,
     the bill's and the report's model facts are the specs'."""
     from lpdl_core.models import mini, registry
-    from lpdl_core.pipeline import resources, shapes
+    from lpdl_core.pipeline.workflow import resources
+    from lpdl_core.pipeline.cells import shapes
     from lpdl_core.specs import models as model_specs
 
     assert tuple(registry.BUILDERS) == config.CNN_MODELS == tuple(mini.BUILDERS)

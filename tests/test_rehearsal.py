@@ -11,8 +11,8 @@ import torch
 from lpdl_core.cli import main
 from lpdl_core.data.rehearsal import REHEARSED, scaled_count, write_rehearsal
 from lpdl_core.errors import RunMismatch
-from lpdl_core.pipeline.cells import load_cells
-from lpdl_core.pipeline.runstore import check_identity, run_data, run_identity
+from lpdl_core.pipeline.cells.tables import load_cells
+from lpdl_core.pipeline.run.runstore import check_identity, run_data, run_identity
 from lpdl_core.rehearsal_mark import MANIFEST, REHEARSAL, data_kind
 
 SCALE = 0.004   # CIFAR: 200 + 40 images; Imagenette: 3 or 4 train images a class; AG News: 480 rows
@@ -186,7 +186,7 @@ def test_the_text_cells_load_the_rehearsal_checkpoint_not_the_hub(rehearsal, tmp
     from transformers import AutoConfig, AutoTokenizer
 
     from lpdl_core.config import Fidelity
-    from lpdl_core.pipeline.plan import PRETRAINED_TEXT, plan_cell
+    from lpdl_core.pipeline.recipe.plan import PRETRAINED_TEXT, plan_cell
     from lpdl_core.rehearsal_mark import rehearsal_model
 
     m = json.loads((rehearsal / MANIFEST).read_text())
@@ -208,7 +208,7 @@ def test_the_text_cells_load_the_rehearsal_checkpoint_not_the_hub(rehearsal, tmp
 
 def test_runs_csv_says_which_data_a_run_trained_on(rehearsal):
     """runs.csv's `data` column comes from the run's identity: "rehearsal" or "real"."""
-    from lpdl_core.pipeline.tidy import RUN_COLUMNS, run_row
+    from lpdl_core.pipeline.results.tidy import RUN_COLUMNS, run_row
 
     cell = next(c for c in load_cells(tables=["table2"]) if c.dataset == "cifar10")
     real = run_identity(cell, profile="paper", seed=1, fidelity={})

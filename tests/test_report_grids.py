@@ -63,7 +63,7 @@ def test_the_figure_and_the_section_from_the_grids_files(tmp_path):
 
 
 def test_grid_json_round_trips_a_loaded_grid():
-    from lpdl_core.pipeline.grids import load_grid
+    from lpdl_core.pipeline.cells.grids import load_grid
     from lpdl_core.report.grids import spec_dict
 
     g = load_grid("heterogeneity")
@@ -105,7 +105,7 @@ def test_a_report_of_grids_alone_has_their_sections_and_no_paper_part(tmp_path):
 def test_the_header_states_the_mini_epochs_the_runs_used():
     """A grid whose cells set mini_epochs trains fewer epochs than the mini profile's: the report's
     protocol line says what the runs used, not the profile's default."""
-    from lpdl_core.pipeline import mini
+    from lpdl_core.pipeline.recipe import mini
     from lpdl_core.report.header import mini_protocol
 
     default = f"{mini.IMAGE_EPOCHS} epochs for images, {mini.TEXT_EPOCHS} for text"

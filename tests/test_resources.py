@@ -1,4 +1,4 @@
-"""What a training job asks its scheduler for (lpdl_core.pipeline.resources): the numbers the
+"""What a training job asks its scheduler for (lpdl_core.pipeline.workflow.resources): the numbers the
 workflow's train rules hand to Snakemake, checked on the paper's own cells."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from lpdl_core.errors import ConfigError
-from lpdl_core.pipeline.cells import load_cells
-from lpdl_core.pipeline.jobs import plan_jobs
-from lpdl_core.pipeline.resources import (EXTRA_PROCESS_MB, MINI_CELL_MINUTES, PAPER_MEM_MB, Planner,
+from lpdl_core.pipeline.cells.tables import load_cells
+from lpdl_core.pipeline.workflow.jobs import plan_jobs
+from lpdl_core.pipeline.workflow.resources import (EXTRA_PROCESS_MB, MINI_CELL_MINUTES, PAPER_MEM_MB, Planner,
                                           job_nodes, job_priority)
-from lpdl_core.pipeline.runtime import StepTimes, job_runtime
+from lpdl_core.pipeline.workflow.runtime import StepTimes, job_runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 CELLS = load_cells()

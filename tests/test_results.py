@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lpdl_core.atomic import write_atomic, write_json
-from lpdl_core.pipeline.results import partition_rows, write_rows
+from lpdl_core.pipeline.run.results import partition_rows, write_rows
 
 
 def test_json_and_csv_roundtrip(tmp_path):

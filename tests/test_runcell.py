@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from lpdl_core.pipeline.cells import cells_by_id, load_cells
-from lpdl_core.pipeline.mini import IMAGE_EPOCHS, WARMUP_FRACTION
-from lpdl_core.pipeline.runcell import Fidelity, plan_cell, run_cell
+from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+from lpdl_core.pipeline.recipe.mini import IMAGE_EPOCHS, WARMUP_FRACTION
+from lpdl_core.pipeline.run.runcell import Fidelity, plan_cell, run_cell
 
 CELLS = cells_by_id(load_cells())
 
@@ -63,7 +63,7 @@ def test_run_cell_writes_once_then_skips(tmp_path, monkeypatch):
     assert m["status"] == "ok" and m["config"]["cell_id"] == c.cell_id and m["config"]["profile"] == "mini"
     assert (tmp_path / "partition.csv").exists() and not (tmp_path / "checkpoint.pt").exists()
     assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + IMAGE_EPOCHS
-    import lpdl_core.pipeline.runcell as rc
+    import lpdl_core.pipeline.run.runcell as rc
     monkeypatch.setattr(rc, "train", lambda *a, **k: pytest.fail("finished cell recomputed"))
     assert run_cell(c, tmp_path, "mini") == json.loads((tmp_path / "metrics.json").read_text())
 

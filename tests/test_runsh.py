@@ -1,4 +1,4 @@
-"""The official run.sh settings (lpdl_core.pipeline.runsh) and Fidelity cell_settings="run.sh" in
+"""The official run.sh settings (lpdl_core.pipeline.recipe.runsh) and Fidelity cell_settings="run.sh" in
 plan_cell: every override names an existing cell, the typo cells keep the official kept counts,
 Table 4's ResNet-18 cells run on the ring for 200 epochs, and "paper" changes nothing."""
 from dataclasses import replace
@@ -9,10 +9,10 @@ from lpdl_core.config import Fidelity
 from lpdl_core.decentral.compress import kept_counts
 from lpdl_core.decentral.layout import Layout
 from lpdl_core.models.registry import build_model
-from lpdl_core.pipeline.cells import cells_by_id, load_cells
-from lpdl_core.pipeline.mini import IMAGE_EPOCHS, same_runs
-from lpdl_core.pipeline.runcell import plan_cell
-from lpdl_core.pipeline.runsh import (
+from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
+from lpdl_core.pipeline.recipe.mini import IMAGE_EPOCHS, same_runs
+from lpdl_core.pipeline.run.runcell import plan_cell
+from lpdl_core.pipeline.recipe.runsh import (
     OVERRIDES,
     RUNSH_LINES,
     RUNSH_OVERRIDES,

@@ -1,4 +1,4 @@
-"""SLURM runtime requests of paper jobs from measured step times (lpdl_core.pipeline.runtime)."""
+"""SLURM runtime requests of paper jobs from measured step times (lpdl_core.pipeline.workflow.runtime)."""
 import json
 import math
 import os
@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from lpdl_core.errors import ConfigError
-from lpdl_core.pipeline.cells import load_cells
-from lpdl_core.pipeline.runtime import StepTimes, job_runtime
+from lpdl_core.pipeline.cells.tables import load_cells
+from lpdl_core.pipeline.workflow.runtime import StepTimes, job_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = yaml.safe_load((ROOT / "config/step-times.yaml").read_text())
@@ -137,19 +137,19 @@ def test_the_slurm_dry_run_asks_each_job_its_estimate(times, cells):
     # the rule's resources are the planner's, computed once per job: no attempt goes in
     import inspect
 
-    from lpdl_core.pipeline.resources import Planner
+    from lpdl_core.pipeline.workflow.resources import Planner
     assert "**JOB_RESOURCES[_job.name]" in (ROOT / "workflow/rules/train.smk").read_text()
     assert "attempt" not in inspect.signature(Planner.resources).parameters
 
 
-# ---- the bill before the run (lpdl_core.pipeline.bill, `lpdl plan`)
+# ---- the bill before the run (lpdl_core.pipeline.workflow.bill, `lpdl plan`)
 
 def test_the_bill_prices_each_job_as_its_slurm_request(times, cells):
     """A paper job's expected GPU-hours are its start-up plus its cells' estimated time; what SLURM
     holds is its request (with the margin) times its attempts; copies (seeds x results folders)
     multiply both; a distributed job holds one GPU per node."""
-    from lpdl_core.pipeline.bill import price
-    from lpdl_core.pipeline.runtime import STARTUP_MINUTES
+    from lpdl_core.pipeline.workflow.bill import price
+    from lpdl_core.pipeline.workflow.runtime import STARTUP_MINUTES
 
     c = _cell(cells, "table2", "resnet20", 16, "int8")
     cap = 600
@@ -166,7 +166,7 @@ def test_the_bill_prices_each_job_as_its_slurm_request(times, cells):
 
 
 def test_the_bill_says_which_step_times_are_measured_and_how_the_rest_are_scaled(times, cells):
-    from lpdl_core.pipeline.bill import price
+    from lpdl_core.pipeline.workflow.bill import price
 
     picked = [_cell(cells, "table2", "resnet20", 8, "fp32"), _cell(cells, "table2", "resnet20", 16, "fp32"),
               next(c for c in cells.values() if c.model == "resnet54")]
@@ -195,7 +195,7 @@ def test_lpdl_plan_prints_the_paper_grids_bill_per_table_and_in_total(tmp_path, 
 
 
 def test_retries_warning_is_quiet_when_the_retries_suffice():
-    from lpdl_core.pipeline.runtime import retries_warning
+    from lpdl_core.pipeline.workflow.runtime import retries_warning
     assert retries_warning([1, 1, 1], retries=0, max_minutes=60) is None          # every job fits
     assert retries_warning([1, 3, 2], retries=2, max_minutes=60) is None          # 3 attempts = 2 retries
     assert retries_warning([1, 3, 2], retries=5, max_minutes=60) is None
@@ -203,7 +203,7 @@ def test_retries_warning_is_quiet_when_the_retries_suffice():
 
 
 def test_retries_warning_names_what_is_needed():
-    from lpdl_core.pipeline.runtime import retries_warning
+    from lpdl_core.pipeline.workflow.runtime import retries_warning
     line = retries_warning([1, 3, 2, 4], retries=1, max_minutes=480)
     assert line == ("lpdl: 3 train jobs are estimated longer than max_runtime=480 min and need up to 4 "
                     "attempts (each resumes from its checkpoint): run with --retries 3 or more (this run "

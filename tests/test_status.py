@@ -1,4 +1,4 @@
-"""`lpdl status` and the workflow's last check (lpdl_core.pipeline.status): for every run a config
+"""`lpdl status` and the workflow's last check (lpdl_core.pipeline.workflow.status): for every run a config
 names, whether it is the run asked for and whether runs.csv (so the tables and the report) holds
 exactly that file; whether the report is newer than what it shows. The pipeline cases are in
 tests/test_hostile.py (section 8); here each state on a results folder built by hand."""
@@ -10,9 +10,9 @@ from test_aggregate import T3, _metrics, _write
 
 from lpdl_core.cli import main
 from lpdl_core.config import Fidelity
-from lpdl_core.pipeline.aggregate import write_aggregate
-from lpdl_core.pipeline.status import folder_status
-from lpdl_core.pipeline.tidy import run_dir
+from lpdl_core.pipeline.results.aggregate import write_aggregate
+from lpdl_core.pipeline.workflow.status import folder_status
+from lpdl_core.pipeline.results.tidy import run_dir
 
 CELLS = T3[:3]
 
@@ -114,9 +114,9 @@ def test_an_extension_grids_folder_is_checked_by_status_and_the_last_check(tmp_p
 
     import pytest
 
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.hooks import check_results_current
-    from lpdl_core.pipeline.wfconfig import load
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.workflow.hooks import check_results_current
+    from lpdl_core.pipeline.workflow.wfconfig import load
     from repo_copy import ROOT
 
     work = tmp_path / "wf"
@@ -145,7 +145,7 @@ def test_the_report_must_be_newer_than_a_grids_runs(tmp_path, monkeypatch):
     """The report shows the grids: a runs.csv of a grid newer than report.html is not current."""
     import os
 
-    from lpdl_core.pipeline.status import folder_status
+    from lpdl_core.pipeline.workflow.status import folder_status
 
     grid, report = tmp_path / "results/mini-tiny", tmp_path / "report"
     grid.mkdir(parents=True)
@@ -163,8 +163,8 @@ def test_status_and_the_last_check_hold_the_same_folders(tmp_path):
     config's mode; the report is checked with the folder it shows and with every grid's."""
     import shutil
 
-    from lpdl_core.pipeline.status import config_status
-    from lpdl_core.pipeline.wfconfig import load
+    from lpdl_core.pipeline.workflow.status import config_status
+    from lpdl_core.pipeline.workflow.wfconfig import load
     from repo_copy import ROOT
 
     (tmp_path / "workflow" / "schemas").mkdir(parents=True)

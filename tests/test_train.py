@@ -94,7 +94,7 @@ def test_text_standin_trains_tiny_distilbert(precision):
 def test_save_run_writes_partition_with_the_run(tmp_path):
     import json
 
-    from lpdl_core.pipeline.results import save_run
+    from lpdl_core.pipeline.run.results import save_run
 
     split = subset(load_dataset("digits"), n_train=64, n_test=32)
     res = train(small_cnn, split, topology=Topology(name="directed-ring", n=2), gossip=GossipCfg(),

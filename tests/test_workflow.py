@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lpdl_core.pipeline.cells import PAPER_DIR
+from lpdl_core.pipeline.cells.tables import PAPER_DIR
 from repo_copy import copy_repo, small_paper_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +36,8 @@ def test_dry_run_has_every_paper_cell():
     counts = {l.split()[0]: int(l.split()[1]) for l in p.stdout.splitlines() if l[:1].isalpha() and len(l.split()) == 2
               and l.split()[1].isdigit()}
     train = {k: v for k, v in counts.items() if k.startswith("train_")}
-    from lpdl_core.pipeline.cells import load_cells
-    from lpdl_core.pipeline.jobs import plan_jobs
+    from lpdl_core.pipeline.cells.tables import load_cells
+    from lpdl_core.pipeline.workflow.jobs import plan_jobs
 
     cells = load_cells(PAPER_DIR)
     assert len(cells) == 14 + 128 + 16 + 16 + 48 + 4
@@ -252,7 +252,7 @@ def test_the_train_script_runs_on_the_resolved_config_with_no_optional_key_set(t
     import runpy
     from types import SimpleNamespace
 
-    from lpdl_core.pipeline.wfconfig import SCHEMA, load, with_vocabulary
+    from lpdl_core.pipeline.workflow.wfconfig import SCHEMA, load, with_vocabulary
 
     cfg = load(ROOT, overrides=[f"executor={executor}"])
     schema = with_vocabulary(yaml.safe_load((ROOT / SCHEMA).read_text()))
@@ -301,8 +301,8 @@ def test_an_extension_grid_joins_the_dag_in_its_own_folder():
     """`--config extensions=[heterogeneity]`: the grid's jobs (its 140 cells, DS/CHOCO twins at
     0 % sharing runs as in the paper's tables) write into results/mini-heterogeneity/ only, and
     one aggregate per grid makes its tidy table; the paper's jobs are the same as without it."""
-    from lpdl_core.pipeline.grids import load_grid
-    from lpdl_core.pipeline.jobs import plan_jobs
+    from lpdl_core.pipeline.cells.grids import load_grid
+    from lpdl_core.pipeline.workflow.jobs import plan_jobs
 
     base = _smk(ROOT, "-n", "--forceall", "--nolock", "--quiet", "rules")
     p = _smk(ROOT, "-n", "--forceall", "--nolock", "--config", "extensions=[heterogeneity]")

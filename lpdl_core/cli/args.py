@@ -102,7 +102,7 @@ def out_file(path: str | None, what: str = "output file") -> None:
     creatable)."""
     if path:
         from ..atomic import write_target
-        from ..pipeline.runstore import check_writable_dir
+        from ..pipeline.run.runstore import check_writable_dir
 
         target = write_target(path)
         check_writable_dir(target.parent if target.parent != Path("") else Path("."), what)

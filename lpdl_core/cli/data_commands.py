@@ -17,7 +17,7 @@ log = logging.getLogger("lpdl.cli")
 def add_data_commands(command: Callable[[str, str], argparse.ArgumentParser],
                       workflow_config_args: Callable[[argparse.ArgumentParser, str], None]) -> None:
     from ..data.rehearsal import REHEARSED
-    from ..pipeline.preflight import SHAPE_TIMEOUT_S
+    from ..pipeline.workflow.preflight import SHAPE_TIMEOUT_S
 
     rd = command("rehearsal-data", "write the paper's datasets in their real on-disk formats and full sizes, "
                  "filled with synthetic class-dependent images and sentences, for offline rehearsals and "
@@ -78,11 +78,11 @@ def cmd_preflight(a: argparse.Namespace) -> int:
 
     import yaml
 
-    from ..pipeline.preflight import run_preflight
-    from ..pipeline.resources import Planner
+    from ..pipeline.workflow.preflight import run_preflight
+    from ..pipeline.workflow.resources import Planner
     from ..atomic import write_atomic
     from ..provenance import git
-    from ..pipeline.runtime import StepTimes, step_kind
+    from ..pipeline.workflow.runtime import StepTimes, step_kind
     from .args import out_file
     from .pipeline_commands import workflow_config
 

@@ -49,7 +49,7 @@ def lpdl_version() -> str:
 
 
 def _workflow_config_args(p: argparse.ArgumentParser, read_there: str) -> None:
-    """--configfile, --config and --directory, as snakemake's (lpdl_core.pipeline.wfconfig.load)."""
+    """--configfile, --config and --directory, as snakemake's (lpdl_core.pipeline.workflow.wfconfig.load)."""
     p.add_argument("--configfile", action="append", metavar="FILE",
                    help="as snakemake's: applied over config/config.yaml (repeatable), e.g. config/paper.yaml; "
                         "relative to where you run the command, as snakemake reads it, even with --directory")

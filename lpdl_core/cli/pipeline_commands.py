@@ -14,12 +14,12 @@ log = logging.getLogger("lpdl.cli")  # one logger, shared by the package's modul
 
 
 def cmd_prefetch(a: argparse.Namespace) -> int:
-    """Fetch and verify what the cells' runs load (lpdl_core.pipeline.prefetch); the manifest on stdout."""
+    """Fetch and verify what the cells' runs load (lpdl_core.pipeline.workflow.prefetch); the manifest on stdout."""
     import json
 
     from ..config import Fidelity
-    from ..pipeline.cells import load_cells
-    from ..pipeline.prefetch import prefetch, prefetch_request, write_manifest
+    from ..pipeline.cells.tables import load_cells
+    from ..pipeline.workflow.prefetch import prefetch, prefetch_request, write_manifest
 
     out_file(a.out, "manifest")
     fidelities = [fidelity_of(argparse.Namespace(fidelity_json=text, fidelity=[])) for text in a.fidelity_json or ()]
@@ -37,10 +37,10 @@ def cmd_prefetch(a: argparse.Namespace) -> int:
 
 
 def cmd_cells(a: argparse.Namespace) -> int:
-    from ..pipeline.cells import load_cells
+    from ..pipeline.cells.tables import load_cells
 
     if a.grid:
-        from ..pipeline.grids import load_grid
+        from ..pipeline.cells.grids import load_grid
 
         if a.table:
             raise ConfigError("--grid lists a grid's cells; --table selects the paper's: give one of them")
@@ -54,8 +54,8 @@ def cmd_cells(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     """The report from what the aggregate, cost and partitions steps wrote under --results."""
-    from ..pipeline.runstore import check_writable_dir
-    from ..pipeline.tidy import RUNS_FILE
+    from ..pipeline.run.runstore import check_writable_dir
+    from ..pipeline.results.tidy import RUNS_FILE
     from ..report.build import build_report, main_json
 
     results = Path(a.results)
@@ -72,9 +72,9 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_aggregate(a: argparse.Namespace) -> int:
     """runs/ -> runs.csv, curves.csv, tables/{table}.csv and tables/{table}-paper.csv."""
     from ..config import TABLES
-    from ..pipeline.aggregate import write_aggregate
-    from ..pipeline.cells import load_cells
-    from ..pipeline.runstore import check_writable_dir
+    from ..pipeline.results.aggregate import write_aggregate
+    from ..pipeline.cells.tables import load_cells
+    from ..pipeline.run.runstore import check_writable_dir
 
     results = Path(a.results)
     if not (results / "runs").is_dir():
@@ -106,8 +106,8 @@ def cmd_cost(a: argparse.Namespace) -> int:
 
 def cmd_partition_figures(a: argparse.Namespace) -> int:
     """Figures 2, 5-7's per-node class counts as CSV."""
-    from ..pipeline.paper_partitions import partition_figures_frame
-    from ..pipeline.tidy import write_frame
+    from ..pipeline.results.paper_partitions import partition_figures_frame
+    from ..pipeline.results.tidy import write_frame
 
     out_file(a.out)
     df = partition_figures_frame()
@@ -122,9 +122,9 @@ def cmd_partition_figures(a: argparse.Namespace) -> int:
 def cmd_timing(a: argparse.Namespace) -> int:
     import json
 
-    from ..pipeline.cells import load_cells
-    from ..pipeline.jobs import plan_jobs
-    from ..pipeline.timing import pipeline_timing
+    from ..pipeline.cells.tables import load_cells
+    from ..pipeline.workflow.jobs import plan_jobs
+    from ..pipeline.results.timing import pipeline_timing
 
     results = Path(a.results)
     profile = a.profile or results.name
@@ -144,9 +144,9 @@ def cmd_targets(a: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..config import LEARNED_MARGIN
-    from ..pipeline.cells import load_cells
-    from ..pipeline.targets import check_targets, format_checks, not_learned
-    from ..pipeline.tidy import seeds_present
+    from ..pipeline.cells.tables import load_cells
+    from ..pipeline.results.targets import check_targets, format_checks, not_learned
+    from ..pipeline.results.tidy import seeds_present
 
     results = Path(a.results)
     out_file(a.out)
@@ -167,7 +167,7 @@ def cmd_targets(a: argparse.Namespace) -> int:
 
 
 def cmd_unlock(a: argparse.Namespace) -> int:
-    from ..pipeline.snakelock import unlock_if_stale
+    from ..pipeline.workflow.snakelock import unlock_if_stale
 
     print(f"lpdl unlock: {unlock_if_stale(a.directory)}")
     return 0
@@ -176,8 +176,8 @@ def cmd_unlock(a: argparse.Namespace) -> int:
 def workflow_config(a: argparse.Namespace):
     """(config, working directory, cells) of `snakemake [--directory D] [--configfile F] [--config K=V]`:
     the config resolved as Snakemake resolves it; its relative paths start in the working directory."""
-    from ..pipeline.cells import load_cells
-    from ..pipeline.wfconfig import load
+    from ..pipeline.cells.tables import load_cells
+    from ..pipeline.workflow.wfconfig import load
 
     cfg = load(a.directory, a.configfile or (), [pair for group in a.config or () for pair in group])
     root = Path(a.directory)
@@ -188,10 +188,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
     """The paper profile's GPU-hour bill for the workflow's config (read as Snakemake reads it)."""
     import json
 
-    from ..pipeline.bill import price
+    from ..pipeline.workflow.bill import price
     from ..atomic import write_atomic
-    from ..pipeline.runtime import StepTimes, step_kind
-    from ..pipeline.wfconfig import modes
+    from ..pipeline.workflow.runtime import StepTimes, step_kind
+    from ..pipeline.workflow.wfconfig import modes
 
     out_file(a.out)
     cfg, root, cells = workflow_config(a)
@@ -217,7 +217,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"  {k}: {v}")
     out = bill.as_dict()
     if cfg.get("extensions"):  # each extension grid's bill, apart (one results folder, the config's mode)
-        from ..pipeline.grids import grid_folder, load_grid
+        from ..pipeline.cells.grids import grid_folder, load_grid
 
         out["grids"], main_folder = {}, next(iter(modes(cfg)))
         for name in dict.fromkeys(cfg["extensions"]):
@@ -238,8 +238,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
 def cmd_status(a: argparse.Namespace) -> int:
     """Whether the run folders, runs.csv and the report match the workflow's config (read as
     Snakemake reads it); exit 0 when everything the config names is current, 1 otherwise."""
-    from ..pipeline.grids import load_grid
-    from ..pipeline.status import config_status
+    from ..pipeline.cells.grids import load_grid
+    from ..pipeline.workflow.status import config_status
 
     cfg, root, cells = workflow_config(a)
     grids = {name: load_grid(name, root).cells for name in dict.fromkeys(cfg.get("extensions") or ())}

@@ -34,18 +34,18 @@ def cmd_train(a: argparse.Namespace) -> int:
     """One cell, or several in one process (a Snakemake bundle: the torch import and data load
     are paid once). Each cell keeps its own run folder, checkpoint and resume. In the mini
     profile a cell whose run is identical to an earlier listed cell's is not trained again
-    (lpdl_core.pipeline.mini.same_runs). A failing cell does not stop the others; the exit status is 1
+    (lpdl_core.pipeline.recipe.mini.same_runs). A failing cell does not stop the others; the exit status is 1
     if any failed."""
     import os
 
-    from ..pipeline.cells import cells_by_id, load_cells
-    from ..pipeline.mini import same_runs
+    from ..pipeline.cells.tables import cells_by_id, load_cells
+    from ..pipeline.recipe.mini import same_runs
 
     if a.offline:  # before anything imports huggingface_hub (it reads these once, at import)
-        from ..pipeline.prefetch import OFFLINE_ENV
+        from ..pipeline.workflow.prefetch import OFFLINE_ENV
         os.environ.update(OFFLINE_ENV)
     if a.grid:
-        from ..pipeline.grids import load_grid
+        from ..pipeline.cells.grids import load_grid
 
         cells = cells_by_id(load_grid(a.grid).cells)
     else:
@@ -116,10 +116,10 @@ def cmd_train(a: argparse.Namespace) -> int:
 
 
 def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
-    """The cells in packs of at most --pack-size (lpdl_core.pipeline.runpack); the ids that failed."""
+    """The cells in packs of at most --pack-size (lpdl_core.pipeline.run.runpack); the ids that failed."""
     import time
 
-    from ..pipeline.runpack import run_cells_packed
+    from ..pipeline.run.runpack import run_cells_packed
 
     t0 = time.time()
 
@@ -165,7 +165,7 @@ def _launch_ranks(a: argparse.Namespace, todo) -> int:
     """`lpdl train --executor distributed` started by hand: the same command in n processes, one
     per node, under torchrun (lpdl_core.cli.launch), which die with this process. Refused in
     one line (exit 2) before any process starts if a live run writes one of the run folders
-    (lpdl_core.pipeline.runlock). The console shows rank 0's output; everything goes to the log
+    (lpdl_core.pipeline.run.runlock). The console shows rank 0's output; everything goes to the log
     (lpdl_core.cli.ranklog). A failure is one line naming the rank, how to resume and the
     log; exit status 1 for a failed rank (2 if it gave its own lpdl error), 128 + the signal
     (130: Ctrl-C) when interrupted."""
@@ -176,8 +176,8 @@ def _launch_ranks(a: argparse.Namespace, todo) -> int:
     from ..training.group import LAUNCHER_ENV
     from .launch import child_env, run_children, torchrun_argv
     from .ranklog import RankLog, log_path, torchrun_options
-    from ..pipeline.runlock import refuse_live_run
-    from ..pipeline.runstore import check_writable_dir
+    from ..pipeline.run.runlock import refuse_live_run
+    from ..pipeline.run.runstore import check_writable_dir
 
     nodes = {c.nodes for c in todo}
     if len(nodes) > 1:
@@ -211,9 +211,9 @@ def _launch_ranks(a: argparse.Namespace, todo) -> int:
 
 def _reuse_paper_runs(a: argparse.Namespace, cells, out_of, fidelity) -> set[str]:
     """The grid cells (--grid) recorded as their paper twin's finished run from --reuse-runs
-    (lpdl_core.pipeline.runcell.reuse_paper_runs); the others are left to be trained."""
-    from ..pipeline.cells import load_cells
-    from ..pipeline.runcell import reuse_paper_runs
+    (lpdl_core.pipeline.run.runcell.reuse_paper_runs); the others are left to be trained."""
+    from ..pipeline.cells.tables import load_cells
+    from ..pipeline.run.runcell import reuse_paper_runs
 
     if not a.grid or a.profile != "mini":
         raise LpdlError("--reuse-runs: only grid cells (--grid) of the mini profile reuse the paper's runs")
@@ -230,7 +230,7 @@ def _reuse_paper_runs(a: argparse.Namespace, cells, out_of, fidelity) -> set[str
 
 
 def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
-    from ..pipeline.runcell import share_run
+    from ..pipeline.run.runcell import share_run
 
     m = share_run(cell, primary, out_of(primary.cell_id), out_of(cell.cell_id), a.profile, seed=a.seed,
                   fidelity=fidelity)
@@ -242,7 +242,7 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> N
     import time
     from contextlib import nullcontext
 
-    from ..pipeline.runcell import run_cell
+    from ..pipeline.run.runcell import run_cell
 
     t0 = time.time()
     name = cell.cell_id

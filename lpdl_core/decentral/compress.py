@@ -82,7 +82,7 @@ class CompressorCfg:
     @classmethod
     def make(cls, kind: str, *, drop: float = 0.0, param: int | None = None,
              bytes_metric: str = "exact") -> "CompressorCfg":
-        """A cell's compressor (lpdl_core.pipeline.cells): topk/randomk dropping the fraction
+        """A cell's compressor (lpdl_core.pipeline.cells.tables): topk/randomk dropping the fraction
         `drop`, QSGD at level `param`, min-max at `param` bits, or identity; a compressor that
         leaves messages unchanged (a sparsifier at drop 0) is the identity."""
         if kind not in SPECS:

@@ -178,7 +178,7 @@ def dirichlet_partition(labels: np.ndarray, n: int, alpha: float, seed: int = DE
 
 
 # How a Dirichlet split's epoch length is chosen (`epoch_samples`), as Dirichlet runs' identities
-# name it (lpdl_core.pipeline.runstore): their runs under the earlier rule (the largest shard) are
+# name it (lpdl_core.pipeline.run.runstore): their runs under the earlier rule (the largest shard) are
 # other runs, recomputed.
 DIRICHLET_EPOCH = "mean shard"
 

@@ -1,6 +1,6 @@
-"""Pipeline glue between the Snakemake DAG and a training run: the paper's cells (cells), the mini
-protocol (mini), how cells group into jobs (jobs), one cell -> one run (runcell) with its atomic
-artifacts and identity checks (results, runstore), the tidy frames and per-table CSVs (tidy,
-aggregate), table shapes and display names (shapes), learning targets and timing, the partition
-figures' data and the stale-lock helper. Everything but runcell is torch-free, so planning the DAG
-imports no torch."""
+"""Between the Snakemake DAG and a training run, in five subpackages, each importing only from the
+ones before it: cells (what a cell, a table and a grid are), recipe (a cell, a profile and the
+fidelity options -> the library configs of its run), run (one cell or pack -> a run folder),
+results (run folders -> tidy frames and per-table CSVs) and workflow (what Snakemake plans: config,
+jobs, resources, the bill, the data, locks, status). Everything but a plan's model factory and the
+run modules is torch-free, so planning the DAG imports no torch."""

@@ -19,7 +19,7 @@ from typing import Callable
 
 from ..atomic import write_atomic, write_json
 from ..provenance import git
-from ..pipeline.shapes import block_title
+from ..pipeline.cells.shapes import block_title
 from .claims import check_claims
 from .data import cell_classes, load_grids_data, load_report_data, per_seed_acc
 from .header import build_header

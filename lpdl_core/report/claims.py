@@ -40,7 +40,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from ..pipeline.cell import columns
+from ..pipeline.cells.cell import columns
 from .effects import learned
 from .model import Claim, ReportData
 from .trend import ONE_LENGTH, Point, claim_verdict, on_side

@@ -21,8 +21,8 @@ from typing import Iterable
 import pandas as pd
 
 from ..errors import CorruptFile
-from ..pipeline.cells import load_cells
-from ..pipeline.tidy import CURVES_FILE, RUNS_FILE, read_frame
+from ..pipeline.cells.tables import load_cells
+from ..pipeline.results.tidy import CURVES_FILE, RUNS_FILE, read_frame
 from .model import ReportData
 
 COST_FILE, PARTITIONS_FILE = "cost.json", "partitions.csv"

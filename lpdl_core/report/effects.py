@@ -29,7 +29,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from ..pipeline.cell import columns
+from ..pipeline.cells.cell import columns
 from .model import LEARNED_MARGIN
 
 SIGN_EPS = 0.05        # |effect| below this (points) has no sign
@@ -157,7 +157,7 @@ def block_effects(cells: Iterable, acc: Mapping[tuple[str, int], float], seeds: 
                   num_classes: Mapping[str, int]) -> list[EffectRow]:
     """Every effect in every block that has pairs in the paper, with or without results.
 
-    cells: the paper cells (lpdl_core.pipeline.cell.Cell). acc: (cell_id, seed) -> reproduced accuracy
+    cells: the paper cells (lpdl_core.pipeline.cells.cell.Cell). acc: (cell_id, seed) -> reproduced accuracy
     of finished runs (status ok). num_classes: cell_id -> classes of the data it ran on (cells
     absent: unknown). The paper's effect is taken over the pairs the reproduction used (like for
     like), or over all of the block's pairs where none was used.

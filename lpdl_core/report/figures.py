@@ -13,7 +13,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.patches import Patch
 
-from ..pipeline.shapes import ALGO_NAMES, DATASET_NAMES, MODEL_NAMES, NORM_NAMES, block_title
+from ..pipeline.cells.shapes import ALGO_NAMES, DATASET_NAMES, MODEL_NAMES, NORM_NAMES, block_title
 from .figures_runs import accuracy_vs_skew, bytes_vs_accuracy, consensus_curves, node_spread
 from .figures_style import (
     OKABE_ITO,

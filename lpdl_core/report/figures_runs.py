@@ -13,7 +13,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.lines import Line2D
 
-from ..pipeline.shapes import TABLE_TITLES, block_title
+from ..pipeline.cells.shapes import TABLE_TITLES, block_title
 from .figures_style import (
     ALGO_COLOR,
     COMP_COLOR,

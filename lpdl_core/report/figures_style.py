@@ -2,7 +2,7 @@
 an rc context (no global state), a colour-blind-safe palette (Okabe-Ito) keyed by what a colour
 means (algorithm, compression, precision), rendering to PNG (120 dpi) + PDF, and captions.
 
-Display names come from lpdl_core.pipeline.shapes, so a figure says "ResNet-20" and "LP (8-bit)" exactly
+Display names come from lpdl_core.pipeline.cells.shapes, so a figure says "ResNet-20" and "LP (8-bit)" exactly
 as the tables do, never an internal id.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..pipeline.shapes import ALGO_NAMES, PRECISION_NAMES  # noqa: E402
+from ..pipeline.cells.shapes import ALGO_NAMES, PRECISION_NAMES  # noqa: E402
 from .model import Figure, ReportData  # noqa: E402
 
 DPI = 120

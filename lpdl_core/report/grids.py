@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import CorruptFile
-from ..pipeline.grids import LENGTH_AXIS
+from ..pipeline.cells.grids import LENGTH_AXIS
 from .effects import seed_effects, seed_sign
 from .model import Figure
 from .trend import Point, grid_trend
@@ -75,7 +75,7 @@ class GridSection:
 
 
 def spec_dict(grid) -> dict:
-    """grid.json's content for a lpdl_core.pipeline.grids.Grid."""
+    """grid.json's content for a lpdl_core.pipeline.cells.grids.Grid."""
     return {"name": grid.name, "description": grid.description,
             "axes": {a: list(values) for a, values in grid.axes.items()}, "labels": grid.labels,
             "lengths": list(grid.lengths), "claims": grid.claims}

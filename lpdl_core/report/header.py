@@ -14,8 +14,8 @@ import pandas as pd
 
 from ..config import Fidelity
 from ..specs.fidelity import OPTIONS as FIDELITY_MEANING  # option -> value -> what it means
-from ..pipeline import mini
-from ..pipeline.tidy import REAL_DATA
+from ..pipeline.recipe import mini
+from ..pipeline.results.tidy import REAL_DATA
 from .data import not_learned_cells
 from .model import LEARNED_MARGIN, Header, ReportData
 
@@ -33,7 +33,7 @@ def mini_protocol(runs: pd.DataFrame) -> str:
         epochs = f"{'/'.join(map(str, set_epochs))} epochs (the cells' mini_epochs)"
     else:
         epochs = f"{default}; {'/'.join(map(str, set_epochs))} where a cell's mini_epochs sets them"
-    return f"{base}, {epochs}; lpdl_core/pipeline/mini.py"
+    return f"{base}, {epochs}; lpdl_core/pipeline/recipe/mini.py"
 
 
 def _profile_notes(protocol: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..pipeline.shapes import TABLE_TITLES
+from ..pipeline.cells.shapes import TABLE_TITLES
 
 TITLE = "The merge step"
 SECTION_ID = "merge"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..config import LEARNED_MARGIN  # noqa: F401  (re-exported for the report modules)
-from ..pipeline.cell import Cell
+from ..pipeline.cells.cell import Cell
 
 # partly-*: some seeds finished (the number is theirs); damaged: a run whose files cannot be used
 STATUSES = ("ok", "partly-diverged", "partly-damaged", "diverged", "damaged", "missing")

@@ -30,7 +30,7 @@ import pandas as pd
 
 from ..config import FIDELITY_CHOICES, Fidelity
 from ..errors import ConfigError
-from ..pipeline.cell import columns
+from ..pipeline.cells.cell import columns
 
 MODES = ("paper", "official", "mixed", "unknown")
 MODE_LABELS = {"paper": "Paper text", "official": "Official code", "mixed": "Mixed fidelity",

@@ -19,8 +19,8 @@ from typing import Callable
 
 import pandas as pd
 
-from ..pipeline.cell import Cell
-from ..pipeline.shapes import NORM_NAMES, TABLE_TITLES, block_title, name, variant
+from ..pipeline.cells.cell import Cell
+from ..pipeline.cells.shapes import NORM_NAMES, TABLE_TITLES, block_title, name, variant
 from .model import DELTA_BANDS, LEARNED_MARGIN, NO_NUMBER, ReportData, delta_class
 from .modes import MODE_LABELS, SIDES, headline, mode_labels
 from .table_style import CELL_COLOURS, FLAT_COLOUR, Styler, escaped

@@ -1,10 +1,10 @@
 """The paper's Tables 1-5 (and Figure 1's runs) re-built in the paper's own shape from the
 per-table CSVs (one row per cell): rows are the table's settings (graph, nodes, compression,
-skew), columns its algorithm x precision variants (lpdl_core.pipeline.shapes), each cell the reproduced
+skew), columns its algorithm x precision variants (lpdl_core.pipeline.cells.shapes), each cell the reproduced
 value beside the paper's."""
 from __future__ import annotations
 
-from ..pipeline.shapes import SHAPES, TABLE_TITLES
+from ..pipeline.cells.shapes import SHAPES, TABLE_TITLES
 from .data import rows_of
 from .model import Entry, PaperTable, ReportData, Row
 

@@ -17,7 +17,7 @@ _CIFAR = ("cifar10", "cifar100")
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """standin: (its name, what it is) of a CNN, recorded by every mini run (the text model's is the
-    tiny DistilBERT that lpdl_core.pipeline.mini describes). mem_mb: a paper job's host memory
+    tiny DistilBERT that lpdl_core.pipeline.recipe.mini describes). mem_mb: a paper job's host memory
     (the dataset in memory plus the model's state; not measured on a cluster: `lpdl preflight`
     measures it, and a measured peak raises the request). step_cost: one node's step relative to
     ResNet-20's (the mini stand-ins' measured step times; only the order of jobs depends on it).
@@ -54,5 +54,5 @@ SPECS: dict[str, ModelSpec] = {s.name: s for s in (
 CNN_MODELS = tuple(n for n, s in SPECS.items() if s.kind == "cnn")
 TEXT_MODELS = tuple(n for n, s in SPECS.items() if s.kind == "text")
 # paper model -> (its mini stand-in, what it is) for the CNNs: built by lpdl_core.models.mini, each
-# by its paper model's own class; the mini protocol (lpdl_core.pipeline.mini) records the description
+# by its paper model's own class; the mini protocol (lpdl_core.pipeline.recipe.mini) records the description
 MINI_STANDINS = {n: s.standin for n, s in SPECS.items() if s.standin}

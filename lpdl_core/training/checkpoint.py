@@ -9,7 +9,7 @@ each rank restores its own row, its wire state (the messages a receiver has not 
 edge's last active round) and its RNGs, so a resumed run equals an uninterrupted one.
 
 Which run a checkpoint belongs to is its fingerprint (`fingerprint`): the caller's run identity
-(for a paper cell: the same record its metrics.json carries, lpdl_core.pipeline.runstore) and
+(for a paper cell: the same record its metrics.json carries, lpdl_core.pipeline.run.runstore) and
 the resolved plan (data, graph, gossip, optimizer, protocol, the model's tensors and
 architecture). A checkpoint is resumed only when every part is equal; otherwise the notice names
 the first part that differs.

@@ -20,9 +20,9 @@ SCHEMA = yaml.safe_load(
 
 
 def _checked_config(cfg):
-    """Checked against the schema, the optional keys' defaults filled in (lpdl_core.pipeline.wfconfig,
+    """Checked against the schema, the optional keys' defaults filled in (lpdl_core.pipeline.workflow.wfconfig,
     which `lpdl status` reads the config with too)."""
-    from lpdl_core.pipeline.wfconfig import resolve
+    from lpdl_core.pipeline.workflow.wfconfig import resolve
 
     try:
         return resolve(cfg, SCHEMA)
@@ -54,18 +54,18 @@ _cfg = _checked_config(config)
 config.clear()
 config.update(_cfg)
 
-from lpdl_core.pipeline.cells import load_cells, paper_dir_path  # noqa: E402
-from lpdl_core.pipeline.grids import grid_folder, grid_path, load_grid  # noqa: E402
+from lpdl_core.pipeline.cells.tables import load_cells, paper_dir_path  # noqa: E402
+from lpdl_core.pipeline.cells.grids import grid_folder, grid_path, load_grid  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.specs.executors import executor_spec  # noqa: E402
-from lpdl_core.pipeline.wfconfig import modes  # noqa: E402
-from lpdl_core.pipeline.jobs import plan_jobs  # noqa: E402
-from lpdl_core.pipeline.runtime import StepTimes, step_kind  # noqa: E402
-from lpdl_core.pipeline.resources import (
+from lpdl_core.pipeline.workflow.wfconfig import modes  # noqa: E402
+from lpdl_core.pipeline.workflow.jobs import plan_jobs  # noqa: E402
+from lpdl_core.pipeline.workflow.runtime import StepTimes, step_kind  # noqa: E402
+from lpdl_core.pipeline.workflow.resources import (
     Planner,
     job_priority as priority_of,
 )  # noqa: E402
-from lpdl_core.pipeline.runstore import (
+from lpdl_core.pipeline.run.runstore import (
     ARTIFACTS as RUN_ARTIFACTS,
     run_data,
     run_identity,
@@ -168,7 +168,7 @@ def job_identity(job, wildcards):
     return json.dumps(idents, sort_keys=True)
 
 
-# What each train job asks its scheduler for (lpdl_core.pipeline.resources): memory, runtime (paper:
+# What each train job asks its scheduler for (lpdl_core.pipeline.workflow.resources): memory, runtime (paper:
 # from measured GPU step times, capped at max_runtime), GPUs as gpu_request says, SLURM tasks for the
 # distributed executor, and a priority that starts the longest jobs first.
 try:
@@ -206,7 +206,7 @@ def long_jobs_check(wildcards):
     if PROFILE != "paper" or _LONG_JOBS_CHECKED:
         return []
     _LONG_JOBS_CHECKED = True
-    from lpdl_core.pipeline.runtime import retries_warning
+    from lpdl_core.pipeline.workflow.runtime import retries_warning
 
     attempts = PLANNER.attempts(JOBS, CELL_BY_ID)
     settings = getattr(workflow, "execution_settings", None)

@@ -1,11 +1,11 @@
 # Prefetch, then offline jobs. Before the first train job starts, Snakemake itself (where it runs,
 # e.g. a cluster login node that reaches the internet) fetches and verifies every dataset and
-# pretrained hub model the cells' runs load (`lpdl prefetch`, lpdl_core.pipeline.prefetch: derived
+# pretrained hub model the cells' runs load (`lpdl prefetch`, lpdl_core.pipeline.workflow.prefetch: derived
 # from each cell's plan) into the data root and the Hugging Face cache, and records what it verified
 # in results/{profile}/download.json. Every train job runs offline (workflow/scripts/train.py:
 # `lpdl train --offline`, HF_HUB_OFFLINE=1): no train job downloads.
 #
-# That step is the Snakefile's `onstart` hook (lpdl_core.pipeline.hooks.prefetch_before_training, which
+# That step is the Snakefile's `onstart` hook (lpdl_core.pipeline.workflow.hooks.prefetch_before_training, which
 # says why it is no job upstream of the train jobs). It runs only when train jobs are about to run
 # and the manifest does not already record this request (profile, tables, cells folder, data root,
 # fidelity modes); it fails the whole run in one line before any job starts when something cannot be
@@ -13,7 +13,7 @@
 #
 # `snakemake download` does the same on its own (e.g. before a long queue wait).
 
-from lpdl_core.pipeline.prefetch import prefetch_request, request_args  # noqa: E402
+from lpdl_core.pipeline.workflow.prefetch import prefetch_request, request_args  # noqa: E402
 
 DOWNLOAD = f"results/{RESULTS}/download.json"
 DOWNLOAD_LOG = f"results/{RESULTS}/logs/download.log"

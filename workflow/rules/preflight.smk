@@ -1,5 +1,5 @@
 # Before the bill: `snakemake --profile slurm --configfile config/paper.yaml preflight` runs
-# `lpdl preflight` as one GPU job on the cluster (lpdl_core.pipeline.preflight). It measures each
+# `lpdl preflight` as one GPU job on the cluster (lpdl_core.pipeline.workflow.preflight). It measures each
 # job shape of this config's plan (step time, data loader, peak host and device memory, compile
 # time) on the node the train jobs will get. It writes results/{profile}/preflight/step-times.yaml,
 # which `lpdl plan --config step_times=FILE` and the workflow's step_times key read, and
@@ -8,7 +8,7 @@
 # `preflight:` mapping narrows it (`shapes`: texts a shape's name must hold) or sets `steps`,
 # `warmup`, `timeout` (seconds per shape).
 
-from lpdl_core.pipeline import preflight as _preflight  # noqa: E402
+from lpdl_core.pipeline.workflow import preflight as _preflight  # noqa: E402
 
 PREFLIGHT = f"results/{RESULTS}/preflight"
 

@@ -1,11 +1,11 @@
-# Training jobs: one rule per job of lpdl_core.pipeline.jobs.plan_jobs (a block's cells of one precision
+# Training jobs: one rule per job of lpdl_core.pipeline.workflow.jobs.plan_jobs (a block's cells of one precision
 # in the mini profile, one cell in the paper profile). Every cell keeps its own outputs
 # (RUN_DIR/metrics.json, curve.csv, partition.csv), run folder, checkpoint and resume.
 #
 # A job reruns only when what defines one of its runs changes (params.identity: each cell's
 # columns, seed, profile, fidelity); device, executor, threads and paths are not part of it.
 # With `executor: distributed` a job runs one process per node: torchrun on this host, or one
-# SLURM job of n tasks (`srun -n n`) under the slurm profile (lpdl_core.pipeline.resources).
+# SLURM job of n tasks (`srun -n n`) under the slurm profile (lpdl_core.pipeline.workflow.resources).
 # {results} is the fidelity mode's folder (results/mini, results/mini-official): the mode's
 # fidelity reaches the job as typed JSON.
 # The data and pretrained weights are fetched and verified before any train job starts (download.smk:
@@ -47,7 +47,7 @@ for _grid, _job in [("", j) for j in JOBS] + [
             "../../envs/train.yaml"
         threads: config["threads_per_job"]
         resources:
-            # lpdl_core.pipeline.resources: the same runtime on every attempt (a retry resumes from
+            # lpdl_core.pipeline.workflow.resources: the same runtime on every attempt (a retry resumes from
             # the checkpoint); GPUs as sbatch --gpus=N or --gres=gpu:N (config gpu_request); with
             # the distributed executor one SLURM job of n tasks (mpi, tasks; the script runs srun)
             **JOB_RESOURCES[_job.name],

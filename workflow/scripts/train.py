@@ -13,11 +13,11 @@ import os
 import sys
 
 from lpdl_core.specs.executors import executor_spec
-from lpdl_core.pipeline.grids import grid_of_folder
+from lpdl_core.pipeline.cells.grids import grid_of_folder
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
-# An extension grid's job writes into its grid's folder (lpdl_core.pipeline.grids.grid_folder);
+# An extension grid's job writes into its grid's folder (lpdl_core.pipeline.cells.grids.grid_folder);
 # the grid is found from that, not from a param, so adding grids never changes the paper jobs'
 # params (a params change would rerun every finished cell).
 grid = grid_of_folder(results, cfg["profile"], cfg.get("extensions") or ())
@@ -41,13 +41,13 @@ if executor_spec(cfg["executor"]).per_node_process:
     argv += ["--dist-timeout", str(cfg["dist_timeout"])]  # the schema's default when unset
     tasks = int(sm.resources.get("tasks", 1) or 1)
     if tasks > 1 and "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) >= tasks:
-        from lpdl_core.pipeline.slurm_env import slurm_master_env
+        from lpdl_core.pipeline.workflow.slurm_env import slurm_master_env
 
         os.environ.update(slurm_master_env())
         os.environ["OMP_NUM_THREADS"] = str(max(1, int(os.environ.get("SLURM_CPUS_PER_TASK", "1"))))
         argv = ["srun", f"--ntasks={tasks}", "--kill-on-bad-exit=1", *argv]
 # No train job downloads anything: the download rule fetched and verified it all (lpdl prefetch).
-# Hub access off for huggingface_hub, transformers and datasets (lpdl_core.pipeline.prefetch.OFFLINE_ENV).
+# Hub access off for huggingface_hub, transformers and datasets (lpdl_core.pipeline.workflow.prefetch.OFFLINE_ENV).
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
 log = os.open(sm.log[0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 sys.stdout.flush()
