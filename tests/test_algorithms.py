@@ -19,7 +19,8 @@ from lpdl_core.decentral.compress import CompressorCfg, compress, kept_count
 from lpdl_core.decentral.layout import Layout
 from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.spectral import is_column_stochastic
-from lpdl_core.decentral.topology import GRAPHS, Topology
+from lpdl_core.config import GRAPHS
+from lpdl_core.decentral.topology import Topology
 
 DT = torch.float64
 LAYOUT = Layout.from_shapes([(3, 4), (5,), (2, 2, 2)])  # d = 25, numels 12 / 5 / 8

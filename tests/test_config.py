@@ -64,13 +64,13 @@ def test_the_library_names_are_the_vocabulary():
     from lpdl_core.quant import norms
     from lpdl_core.training import schedule
 
-    assert topology.GRAPHS is config.GRAPHS and schedule.SCHEDULES is config.SCHEDULES
+    assert tuple(topology.REGISTRY) == config.GRAPHS and schedule.SCHEDULES is config.SCHEDULES
     assert optim.MOMENTA is config.MOMENTA and norms.NORMS is config.NORMS
     assert jobs.CELLS_PER_JOB is config.CELLS_PER_JOB and models.MODELS is config.CNN_MODELS
     from lpdl_core.decentral.algorithms import ALGORITHMS
     assert ALGORITHMS is config.ALGORITHMS
-    assert cell.NAMES["precision"] is config.PRECISIONS and set(cells.expected_counts) == set(config.TABLES)
-    assert set(cell.NAMES["model"]) == set(config.MODELS)
+    assert cell.valid_names()["precision"] is config.PRECISIONS and set(cells.expected_counts) == set(config.TABLES)
+    assert set(cell.valid_names()["model"]) == set(config.MODELS)
 
 
 def test_schema_takes_its_enums_from_the_vocabulary():

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
 
 from lpdl_core.config import ALGORITHMS, COMPRESSORS, GRAPHS
 from lpdl_core.data.registry import load_dataset
@@ -133,3 +134,47 @@ def test_the_header_takes_extension_columns_only_after_the_papers(tmp_path):
     path = _csv(tmp_path, {"partition": "skew", "compressor": "topk"})  # wrong order
     with pytest.raises(ValueError, match=r"table2\.csv:1: header: must be exactly"):
         load_cells(path, tables=["table2"])
+
+
+def _star(n, rows, seed, t):
+    """Node 0 sends to every other node, each other node to node 0."""
+    return tuple(tuple(range(1, n)) if j == 0 else (0,) for j in range(n))
+
+
+def _sign_apply(x, out, u, cfg):
+    out.copy_(torch.sign(x) * x.abs().mean(1, keepdim=True))
+
+
+def test_a_toy_compressor_and_graph_added_through_the_checklist_plan_and_train(monkeypatch):
+    """docs/extending.md's checklists, followed in a temporary registry and nowhere else: a graph is
+    its name in config.GRAPHS and its peers in topology.REGISTRY; a compressor is its spec
+    (specs/compressors.py) and its kernels' REGISTRY entry (decentral/compress.py; its wire format,
+    for the distributed executor only, is not needed here). A cell with each is valid, has an id,
+    plans and trains one epoch on the mini data."""
+    from lpdl_core import config
+    from lpdl_core.decentral import compress, topology
+    from lpdl_core.specs import compressors as compressor_specs
+
+    with pytest.raises(Exception, match="star"):
+        replace(BASE, topology="star")
+    monkeypatch.setattr(config, "GRAPHS", (*config.GRAPHS, "star"))
+    monkeypatch.setitem(topology.REGISTRY, "star", topology.Graph(_star))
+    monkeypatch.setitem(compressor_specs.SPECS, "sign",
+                        compressor_specs.CompressorSpec(name="sign", cell_id="sign"))
+    monkeypatch.setitem(compress.REGISTRY, "sign", compress.Compressor(
+        apply=_sign_apply, wire_bytes=lambda m, cfg, value_bytes: value_bytes + (m + 7) // 8))
+    cases = {"t2-resnet20-star8-c0-s0-ds-fp32": dict(topology="star"),
+             "t2-resnet20-dring8-sign-s0-ds-fp32": dict(compressor="sign", compression=0, eta=0.5)}
+    for cell_id, changes in cases.items():
+        cell = replace(BASE, **changes)
+        assert cell.cell_id == cell_id
+        plan = plan_cell(cell, "mini")
+        assert plan.topology.W(0).sum(0) == pytest.approx(1.0)   # column-stochastic
+        split = plan.load_data()
+        split = replace(split, x_train=split.x_train[:128], y_train=split.y_train[:128],
+                        x_test=split.x_test[:64], y_test=split.y_test[:64])
+        run = replace(plan.run, epochs=1, final_gossip_rounds=1, curve_eval_samples=None)
+        result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
+                       engine=EngineCfg(device="cpu", seed=run.partition_seed), run=run)
+        assert result.status == "ok" and math.isfinite(result.final["mean_acc"]), cell_id
+        assert result.bytes_per_node > 0

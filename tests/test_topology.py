@@ -11,7 +11,8 @@ from lpdl_core.decentral.spectral import (
     slem,
     spectral_gap,
 )
-from lpdl_core.decentral.topology import GRAPHS, Topology, describe, mixing_matrix, period_product
+from lpdl_core.config import GRAPHS
+from lpdl_core.decentral.topology import Topology, describe, mixing_matrix, period_product
 
 SIZES = (1, 2, 3, 4, 8, 16)
 

@@ -16,11 +16,11 @@ import sys
 import torch
 import torch.distributed as dist
 
-from ...config import COMPRESSORS, DEFAULT_SEED
+from ...config import COMPRESSORS, DEFAULT_SEED, GRAPHS
 from .. import p2p
 from ..algorithms import ALGORITHMS, GossipCfg
 from ..compress import CompressorCfg
-from ..topology import GRAPHS, Topology
+from ..topology import Topology
 from .distributed import NodeProcess
 from .engine_cfg import EngineCfg
 from .simulator import Simulator

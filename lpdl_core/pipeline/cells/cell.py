@@ -12,22 +12,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from ...config import (
-    ALGORITHMS,
-    COMPRESSORS,
-    GRAPHS,
-    MAX_SEED,
-    MODEL_DATASETS,
-    MODELS,
-    NORMS,
-    OPTIMIZERS,
-    PAPER_DATASETS,
-    PRECISIONS,
-    SCHEDULES,
-    TABLES,
-    TEXT_MODELS,
-    UNCOMPRESSED_ALGORITHMS,
-)
+from ... import config
+from ...config import MAX_SEED, MODEL_DATASETS, TABLES, TEXT_MODELS, UNCOMPRESSED_ALGORITHMS
 from ...specs.compressors import SPARSIFIERS, SPECS as COMPRESSOR_SPECS
 from ...errors import ConfigError
 from . import column_roles
@@ -50,11 +36,13 @@ class CellError(ConfigError):
 
 
 
-# column -> its valid values, all from the torch-free vocabulary (lpdl_core.config)
-NAMES: dict[str, tuple[str, ...]] = dict(
-    topology=GRAPHS + ("single",), algorithm=ALGORITHMS + ("none",), dataset=PAPER_DATASETS, model=MODELS,
-    norm=NORMS + ("none",), lr_schedule=SCHEDULES, precision=PRECISIONS, momentum=CELL_MOMENTA,
-    optimizer=OPTIMIZERS)
+def valid_names() -> dict[str, tuple[str, ...]]:
+    """column -> its valid values, all from the torch-free vocabulary (lpdl_core.config), read when a
+    cell is checked: a name added there (a graph, an algorithm) is a valid cell value."""
+    return dict(topology=config.GRAPHS + ("single",), algorithm=config.ALGORITHMS + ("none",),
+                dataset=config.PAPER_DATASETS, model=config.MODELS, norm=config.NORMS + ("none",),
+                lr_schedule=config.SCHEDULES, precision=config.PRECISIONS, momentum=CELL_MOMENTA,
+                optimizer=config.OPTIMIZERS)
 # a grid's name, its cells' table (lpdl_core.pipeline.cells.grids): lower-case words joined by '-'
 GRID_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # the paper's ids begin t<k>- or fig<k>-: no grid may be named so (its ids would be the paper's)
@@ -126,7 +114,7 @@ class Cell:
                 self._fail(col, f"must be a finite number, got {getattr(self, col)}")
         if self.table not in TABLES and not is_grid_name(self.table):
             self._fail("table", f"{self.table!r} is not one of {', '.join(TABLES)} (or a grid's name)")
-        for col, valid in NAMES.items():
+        for col, valid in valid_names().items():
             if getattr(self, col) not in valid:
                 self._fail(col, f"{getattr(self, col)!r} is not one of {', '.join(valid)}")
         if self.dataset not in MODEL_DATASETS[self.model]:
@@ -177,8 +165,8 @@ class Cell:
 
     def _check_compressor(self) -> None:
         kind, sep, param = self.compressor.partition(":")
-        if kind not in COMPRESSORS:
-            self._fail("compressor", f"{kind!r} is not one of {', '.join(COMPRESSORS)}")
+        if kind not in COMPRESSOR_SPECS:
+            self._fail("compressor", f"{kind!r} is not one of {', '.join(COMPRESSOR_SPECS)}")
         spec = COMPRESSOR_SPECS[kind]
         if spec.param:
             name, lo, hi = spec.param.name, spec.param.lo, spec.param.hi
