@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from lpdl_core.config import TABLES, Fidelity
-from lpdl_core.pipeline.results.aggregate import summarize, write_aggregate
+from lpdl_core.pipeline.aggregation.aggregate import summarize, write_aggregate
 from lpdl_core.pipeline.cells.tables import PAPER_DIR, load_cells
-from lpdl_core.pipeline.results.paper_partitions import partition_figures_frame
+from lpdl_core.pipeline.aggregation.paper_partitions import partition_figures_frame
 from lpdl_core.pipeline.run.runstore import run_identity
-from lpdl_core.pipeline.results.tidy import read_runs
+from lpdl_core.pipeline.aggregation.tidy import read_runs
 from lpdl_core.report.data import load_report_data
 from lpdl_core.report.model import ReportData
 
@@ -97,7 +97,7 @@ def as_paper(data: ReportData, offset=lambda r: 0.0, *, epochs: int = 6) -> Repo
     stay missing."""
     import pandas as pd
 
-    from lpdl_core.pipeline.results.tidy import CELL_COLUMNS
+    from lpdl_core.pipeline.aggregation.tidy import CELL_COLUMNS
 
     s = data.summary.copy()
     has = s["paper"].notna()

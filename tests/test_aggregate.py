@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 from lpdl_core.config import Fidelity
-from lpdl_core.pipeline.results.aggregate import paper_pivot, summarize, write_aggregate
+from lpdl_core.pipeline.aggregation.aggregate import paper_pivot, summarize, write_aggregate
 from lpdl_core.pipeline.cells.tables import load_cells
 from lpdl_core.pipeline.run.runstore import run_identity
-from lpdl_core.pipeline.results.tidy import RUN_COLUMNS, read_runs, run_dir
+from lpdl_core.pipeline.aggregation.tidy import RUN_COLUMNS, read_runs, run_dir
 
 T3 = load_cells(tables=["table3"])
 

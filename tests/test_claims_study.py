@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from lpdl_core.pipeline.cells.grids import load_grid
-from lpdl_core.pipeline.results.tidy import CELL_COLUMNS, RUN_COLUMNS
+from lpdl_core.pipeline.aggregation.tidy import CELL_COLUMNS, RUN_COLUMNS
 from lpdl_core.report.build import build_report
 from lpdl_core.report.claims import check_claims
 from lpdl_core.report.grids import grid_effects, load_spec, spec_dict
@@ -96,7 +96,7 @@ def test_the_claims_studys_report_has_verdicts_by_length_and_the_figure(tmp_path
     the figure of effect against epochs, the grid's effects by length; no claim 6 (no cost model)."""
     d = tmp_path / "results" / "mini-claims"
     (d / "tables").mkdir(parents=True)
-    from lpdl_core.pipeline.results.aggregate import summarize
+    from lpdl_core.pipeline.aggregation.aggregate import summarize
 
     grid_runs().to_csv(d / "runs.csv", index=False)
     summarize(grid_runs(), GRID.cells, "mini", grid=True).to_csv(d / "tables/claims.csv", index=False)

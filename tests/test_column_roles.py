@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lpdl_core.pipeline.cells import column_roles
-from lpdl_core.pipeline.results.aggregate import AXES, GRID_AXES, write_aggregate
+from lpdl_core.pipeline.aggregation.aggregate import AXES, GRID_AXES, write_aggregate
 from lpdl_core.pipeline.cells.cell import NOT_COLUMNS, Cell, columns, parse_column
 from lpdl_core.pipeline.cells.tables import COLUMNS, EXTENSION_COLUMNS, load_cells
 from lpdl_core.pipeline.cells.grids import available, load_grid

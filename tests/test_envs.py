@@ -128,7 +128,7 @@ def test_the_aggregate_and_report_steps_run_without_torch(tmp_path):
     import (first on the path)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from report_inputs import cost_json, write_run
-    from lpdl_core.pipeline.results.paper_partitions import partition_figures_frame
+    from lpdl_core.pipeline.aggregation.paper_partitions import partition_figures_frame
 
     root = tmp_path / "results" / "mini"
     write_run(root, "t2-resnet20-dring8-c0-s0-ds-fp32", 1234, 90.0)
@@ -140,7 +140,7 @@ def test_the_aggregate_and_report_steps_run_without_torch(tmp_path):
         (poison / mod).mkdir(parents=True)
         (poison / mod / "__init__.py").write_text(f'raise ImportError("{mod} was imported by a light step")\n')
     code = ("import sys\nfrom pathlib import Path\n"
-            "from lpdl_core.pipeline.results.aggregate import write_aggregate\n"
+            "from lpdl_core.pipeline.aggregation.aggregate import write_aggregate\n"
             "from lpdl_core.pipeline.cells.tables import load_cells\n"
             "from lpdl_core.report.build import build_report\n"
             "root = Path(sys.argv[1])\n"

@@ -993,7 +993,7 @@ def test_a_cell_that_diverges_in_its_first_epoch_is_a_marked_cell_not_a_failed_r
 def test_a_curve_with_no_rows_of_a_run_that_diverged_in_epoch_one_is_read(tmp_path, finished_run):
     """Runs written before curve.csv kept its header hold a single newline: read as no rows."""
     from lpdl_core.pipeline.cells.tables import cells_by_id
-    from lpdl_core.pipeline.results.tidy import read_runs
+    from lpdl_core.pipeline.aggregation.tidy import read_runs
 
     run = _copy(finished_run, tmp_path / "runs" / FAST_CELL / "seed1234")
     m = json.loads((run / "metrics.json").read_text())

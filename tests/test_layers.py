@@ -2,7 +2,7 @@
 
     entry       cli, __main__
     report      report/             torch-free: reads the tidy files the DAG gives it
-    pipeline    pipeline/           cells/ < recipe/ < run/ < results/ < workflow/, the same rule inside
+    pipeline    pipeline/           cells/ < recipe/ < run/ < aggregation/ < workflow/, the same rule inside
                                     (torch-free but a plan's model factory, the run modules and
                                     preflight_shape, which run a cell and measure a job shape)
     training    training/           one training run, benchmarks, cost model
@@ -87,11 +87,11 @@ def test_the_decentralized_math_needs_no_model_data_or_quantizer():
     assert not bad, bad
 
 
-PIPELINE = ("cells", "recipe", "run", "results", "workflow")  # pipeline/'s subpackages, lowest first
+PIPELINE = ("cells", "recipe", "run", "aggregation", "workflow")  # pipeline/'s subpackages, lowest first
 
 
 def test_pipeline_subpackages_import_only_downwards():
-    """cells/ (what a cell is) < recipe/ (its run's configs) < run/ (a run folder) < results/ (tidy
+    """cells/ (what a cell is) < recipe/ (its run's configs) < run/ (a run folder) < aggregation/ (tidy
     frames) < workflow/ (what Snakemake plans); every pipeline module lives in one of them."""
     def level(mod: str) -> int | None:
         parts = mod.split(".")

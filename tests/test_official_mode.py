@@ -101,7 +101,7 @@ def test_train_forward_final_rounds_differ_from_gossip_only():
 @pytest.mark.parametrize("executor", ["loop", "batched"])
 def test_a_mini_cell_runs_in_official_mode(tmp_path, executor):
     from lpdl_core.pipeline.run.runcell import run_cell
-    from lpdl_core.pipeline.results.tidy import run_row
+    from lpdl_core.pipeline.aggregation.tidy import run_row
 
     cell = CELLS["t2-resnet20-dring8-c99-s0.8-ds-int8"]
     m = run_cell(cell, tmp_path / "run", "mini", fidelity=Fidelity.preset("official"), device="cpu",

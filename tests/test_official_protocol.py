@@ -181,7 +181,7 @@ def test_each_run_records_its_models_before_the_final_rounds_and_what_an_exact_a
 
 def test_runs_csv_carries_the_before_final_numbers_and_survives_garbage():
     from lpdl_core.pipeline.cells.tables import load_cells
-    from lpdl_core.pipeline.results.tidy import RUN_COLUMNS, run_row
+    from lpdl_core.pipeline.aggregation.tidy import RUN_COLUMNS, run_row
     cell = load_cells()[0]
     m = {"status": "ok", "final": {"mean_acc": 50.0, "avg_model_acc": 60.0, "node_acc": [50.0]},
          "before_final": {"mean_acc": 40.0, "avg_model_acc": 58.0, "consensus_distance": 2.0}, "config": {}}

@@ -208,7 +208,7 @@ def test_the_text_cells_load_the_rehearsal_checkpoint_not_the_hub(rehearsal, tmp
 
 def test_runs_csv_says_which_data_a_run_trained_on(rehearsal):
     """runs.csv's `data` column comes from the run's identity: "rehearsal" or "real"."""
-    from lpdl_core.pipeline.results.tidy import RUN_COLUMNS, run_row
+    from lpdl_core.pipeline.aggregation.tidy import RUN_COLUMNS, run_row
 
     cell = next(c for c in load_cells(tables=["table2"]) if c.dataset == "cifar10")
     real = run_identity(cell, profile="paper", seed=1, fidelity={})

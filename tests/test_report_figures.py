@@ -1,12 +1,12 @@
 """Report figures (lpdl_core.report.figures*), drawn from the tidy files the DAG writes, and the data
-behind Figures 2, 3, 5-7 (lpdl_core.pipeline.results.paper_partitions, lpdl_core.training.cost)."""
+behind Figures 2, 3, 5-7 (lpdl_core.pipeline.aggregation.paper_partitions, lpdl_core.training.cost)."""
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 from report_inputs import CELLS, empty_data, report_data, write_run
 
-from lpdl_core.pipeline.results.paper_partitions import class_sizes, partition_figures_frame
+from lpdl_core.pipeline.aggregation.paper_partitions import class_sizes, partition_figures_frame
 from lpdl_core.report import figures as F
 from lpdl_core.report.figures_runs import _coinciding
 from lpdl_core.training.cost import FP_BITS, LP_BITS, measured_peak_memory_mb, training_cost

@@ -10,9 +10,9 @@ from test_aggregate import T3, _metrics, _write
 
 from lpdl_core.cli import main
 from lpdl_core.config import Fidelity
-from lpdl_core.pipeline.results.aggregate import write_aggregate
+from lpdl_core.pipeline.aggregation.aggregate import write_aggregate
 from lpdl_core.pipeline.workflow.status import folder_status
-from lpdl_core.pipeline.results.tidy import run_dir
+from lpdl_core.pipeline.aggregation.tidy import run_dir
 
 CELLS = T3[:3]
 

@@ -9,8 +9,8 @@ import pytest
 from lpdl_core.errors import LpdlError
 from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
 from lpdl_core.pipeline.workflow.jobs import plan_jobs
-from lpdl_core.pipeline.results.targets import check_targets, not_learned
-from lpdl_core.pipeline.results.timing import pipeline_timing
+from lpdl_core.pipeline.aggregation.targets import check_targets, not_learned
+from lpdl_core.pipeline.aggregation.timing import pipeline_timing
 
 CELLS = cells_by_id(load_cells())
 

@@ -55,7 +55,7 @@ def cmd_cells(a: argparse.Namespace) -> int:
 def cmd_report(a: argparse.Namespace) -> int:
     """The report from what the aggregate, cost and partitions steps wrote under --results."""
     from ..pipeline.run.runstore import check_writable_dir
-    from ..pipeline.results.tidy import RUNS_FILE
+    from ..pipeline.aggregation.tidy import RUNS_FILE
     from ..report.build import build_report, main_json
 
     results = Path(a.results)
@@ -72,7 +72,7 @@ def cmd_report(a: argparse.Namespace) -> int:
 def cmd_aggregate(a: argparse.Namespace) -> int:
     """runs/ -> runs.csv, curves.csv, tables/{table}.csv and tables/{table}-paper.csv."""
     from ..config import TABLES
-    from ..pipeline.results.aggregate import write_aggregate
+    from ..pipeline.aggregation.aggregate import write_aggregate
     from ..pipeline.cells.tables import load_cells
     from ..pipeline.run.runstore import check_writable_dir
 
@@ -106,8 +106,8 @@ def cmd_cost(a: argparse.Namespace) -> int:
 
 def cmd_partition_figures(a: argparse.Namespace) -> int:
     """Figures 2, 5-7's per-node class counts as CSV."""
-    from ..pipeline.results.paper_partitions import partition_figures_frame
-    from ..pipeline.results.tidy import write_frame
+    from ..pipeline.aggregation.paper_partitions import partition_figures_frame
+    from ..pipeline.aggregation.tidy import write_frame
 
     out_file(a.out)
     df = partition_figures_frame()
@@ -124,7 +124,7 @@ def cmd_timing(a: argparse.Namespace) -> int:
 
     from ..pipeline.cells.tables import load_cells
     from ..pipeline.workflow.jobs import plan_jobs
-    from ..pipeline.results.timing import pipeline_timing
+    from ..pipeline.aggregation.timing import pipeline_timing
 
     results = Path(a.results)
     profile = a.profile or results.name
@@ -145,8 +145,8 @@ def cmd_targets(a: argparse.Namespace) -> int:
 
     from ..config import LEARNED_MARGIN
     from ..pipeline.cells.tables import load_cells
-    from ..pipeline.results.targets import check_targets, format_checks, not_learned
-    from ..pipeline.results.tidy import seeds_present
+    from ..pipeline.aggregation.targets import check_targets, format_checks, not_learned
+    from ..pipeline.aggregation.tidy import seeds_present
 
     results = Path(a.results)
     out_file(a.out)

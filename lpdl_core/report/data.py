@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..errors import CorruptFile
 from ..pipeline.cells.tables import load_cells
-from ..pipeline.results.tidy import CURVES_FILE, RUNS_FILE, read_frame
+from ..pipeline.aggregation.tidy import CURVES_FILE, RUNS_FILE, read_frame
 from .model import ReportData
 
 COST_FILE, PARTITIONS_FILE = "cost.json", "partitions.csv"

@@ -15,7 +15,7 @@ import pandas as pd
 from ..config import Fidelity
 from ..specs.fidelity import OPTIONS as FIDELITY_MEANING  # option -> value -> what it means
 from ..pipeline.recipe import mini
-from ..pipeline.results.tidy import REAL_DATA
+from ..pipeline.aggregation.tidy import REAL_DATA
 from .data import not_learned_cells
 from .model import LEARNED_MARGIN, Header, ReportData
 

@@ -2,7 +2,7 @@ rule aggregate:
     """Every run, read once from its own folder (identity checked) -> the tidy frames: runs.csv
     (one row per cell and seed), curves.csv (one row per cell, seed and epoch), and per paper
     table tables/{table}.csv (one row per cell: groupby over seeds, missing and diverged cells
-    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.pipeline.results.aggregate.
+    marked, never filled) and tables/{table}-paper.csv (the paper's shape). lpdl_core.pipeline.aggregation.aggregate.
     The cells CSVs are inputs too: the tables copy their paper values.
     """
     input:
@@ -23,7 +23,7 @@ rule aggregate:
 
 
 # An extension grid's runs -> results/<profile>-<grid>/runs.csv, curves.csv and tables/<grid>.csv
-# (one row per cell; lpdl_core.pipeline.results.aggregate), as for a paper table. One rule per grid.
+# (one row per cell; lpdl_core.pipeline.aggregation.aggregate), as for a paper table. One rule per grid.
 for _results, _grid in GRID_RESULTS.items():
 
     rule:
@@ -67,7 +67,7 @@ rule cost:
 
 rule partitions:
     """Figures 2, 5-7's numbers: per-node class counts of the official skew partition of each
-    paper dataset's training set. lpdl_core.pipeline.results.paper_partitions."""
+    paper dataset's training set. lpdl_core.pipeline.aggregation.paper_partitions."""
     output:
         "results/{results}/partitions.csv",
     log:

@@ -1,11 +1,12 @@
-"""Snakemake script: every run -> runs.csv, curves.csv and the per-table CSVs (lpdl_core.pipeline.results.aggregate).
+"""Snakemake script: every run -> runs.csv, curves.csv and the per-table CSVs
+(lpdl_core.pipeline.aggregation.aggregate).
 A damaged run (corrupt or mislabelled metrics.json, unreadable curve) is a marked cell and one
 warning line in the log and on stderr; an expected failure (e.g. a full disk) is one error line."""
 import sys
 from pathlib import Path
 
 from lpdl_core.errors import LpdlError
-from lpdl_core.pipeline.results.aggregate import write_aggregate
+from lpdl_core.pipeline.aggregation.aggregate import write_aggregate
 from lpdl_core.pipeline.cells.tables import load_cells
 from lpdl_core.pipeline.cells.grids import load_grid
 

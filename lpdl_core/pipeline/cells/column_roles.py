@@ -19,9 +19,9 @@ ROLES: dict[str, str] = {
     "mini": "a mini run reads it, besides the algorithm's gossip kind, the seed and the length "
             "(lpdl_core.pipeline.recipe.mini.run_key)",
     "pack": "every cell of a pack shares it (lpdl_core.pipeline.recipe.packing.pack_key)",
-    "table": "an axis of every results table, tables/<table>.csv (lpdl_core.pipeline.results.aggregate)",
+    "table": "an axis of every results table, tables/<table>.csv (lpdl_core.pipeline.aggregation.aggregate)",
     "grid-table": "an axis of an extension grid's results table too (a grid may vary it)",
-    "runs": "a column of runs.csv (lpdl_core.pipeline.results.tidy)",
+    "runs": "a column of runs.csv (lpdl_core.pipeline.aggregation.tidy)",
     "settable": "a grid may set it: fixed, derived or, unless `not_axis` says why not, as an axis",
     "pairing": "the report's effects pair runs that agree on it (lpdl_core.report.effects)",
     "setting": "a claims-study run's settings: pairs agree on all but the claim's axis (lpdl_core.report.claims)",

@@ -28,7 +28,7 @@ from ...config import Fidelity
 from ...errors import CorruptFile, RunMismatch
 from ..cells.cell import Cell
 from ..run.runstore import read_run_metrics, run_data, run_identity
-from ..results.tidy import RUNS_FILE, file_sha256, run_dir
+from ..aggregation.tidy import RUNS_FILE, file_sha256, run_dir
 
 STATES = ("current", "missing", "damaged", "other-run")
 # what to do about each state that is not current

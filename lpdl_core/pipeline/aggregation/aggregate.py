@@ -10,7 +10,7 @@ test accuracy (the official metric), its standard deviation (two or more seeds),
 model's accuracy, the paper's value and delta = reproduced - paper. A cell without runs is
 'missing' and never filled; a cell whose seeds all diverged is 'diverged', some of them
 'partly-diverged' (the mean is then over the others); a cell with a run that cannot be read
-(lpdl_core.pipeline.results.tidy) is 'damaged' or 'partly-damaged' alike, with the reason in `problem`.
+(lpdl_core.pipeline.aggregation.tidy) is 'damaged' or 'partly-damaged' alike, with the reason in `problem`.
 chance = 100 / the classes of the data the
 runs trained on; learned = reproduced > chance + LEARNED_MARGIN; same_run_as names the cell whose
 mini run this cell's is (computed once). Accuracies are rounded to 2 decimals, MB to 3,
