@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,10 +53,3 @@ SPECS: dict[str, CompressorSpec] = {s.name: s for s in (
 COMPRESSORS = tuple(SPECS)
 SPARSIFIERS = tuple(n for n, s in SPECS.items() if s.sparse)   # drop the compression column's percent
 
-
-def compressor_spec(kind: str) -> CompressorSpec:
-    """The spec of the compressor `kind` (ConfigError naming the valid ones)."""
-    try:
-        return SPECS[kind]
-    except KeyError:
-        raise ConfigError(f"compressor must be one of {', '.join(COMPRESSORS)}, got {kind!r}") from None
