@@ -55,7 +55,11 @@ config.clear()
 config.update(_cfg)
 
 from lpdl_core.pipeline.cells.tables import load_cells, paper_dir_path  # noqa: E402
-from lpdl_core.pipeline.cells.grids import grid_folder, grid_path, load_grid  # noqa: E402
+from lpdl_core.pipeline.cells.grids import (
+    grid_folder,
+    grid_path,
+    load_grid,
+)  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.specs.executors import executor_spec  # noqa: E402
 from lpdl_core.pipeline.workflow.wfconfig import modes  # noqa: E402

@@ -13,7 +13,10 @@
 #
 # `snakemake download` does the same on its own (e.g. before a long queue wait).
 
-from lpdl_core.pipeline.workflow.prefetch import prefetch_request, request_args  # noqa: E402
+from lpdl_core.pipeline.workflow.prefetch import (
+    prefetch_request,
+    request_args,
+)  # noqa: E402
 
 DOWNLOAD = f"results/{RESULTS}/download.json"
 DOWNLOAD_LOG = f"results/{RESULTS}/logs/download.log"
