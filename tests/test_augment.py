@@ -16,6 +16,9 @@ from lpdl_core.data import crops, packed
 from lpdl_core.data.augment import (augment_batch, center_crop, normalize, random_crop_flip,
                                     random_resized_crop_flip, resize_shorter)
 from lpdl_core.data.base import DataSplit
+from lpdl_core.run_options import RunOptions
+
+PACK_CPU = RunOptions(executor="batched", pack_size=4, device="cpu")
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 
@@ -467,9 +470,9 @@ def test_runs_load_their_data_with_the_fidelity_crop_sampling(tmp_path, monkeypa
     fid = Fidelity(crop_sampling="uniform-swap")
     if packed_run:
         out = run_cells_packed([cells[i] for i in ids], lambda cid: str(tmp_path / cid), "mini", fidelity=fid,
-                               device="cpu")
+                               options=PACK_CPU)
         assert all(isinstance(e, Stop) for e in out.values())
     else:
         with pytest.raises(Stop):
-            run_cell(cells[ids[0]], tmp_path / "run", "mini", fidelity=fid, device="cpu")
+            run_cell(cells[ids[0]], tmp_path / "run", "mini", fidelity=fid, options=RunOptions(device="cpu"))
     assert seen and set(seen) == {"uniform-swap"}

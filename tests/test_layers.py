@@ -7,10 +7,11 @@
                                     preflight_shape, which run a cell and measure a job shape)
     training    training/           one training run, benchmarks, cost model
     blocks      decentral/ models/ quant/ data/
-    foundation  config, errors, atomic (the one file writer), bounded (bounded reading), compat (run
-                options that cannot go together), specs/ (what each executor, compressor and algorithm is),
-                provenance (git state, code hash, versions), rehearsal_mark (a rehearsal data root),
-                the package itself
+    foundation  config, errors, atomic (the one file writer), bounded (bounded reading),
+                run_options (how a run is computed) and compat (run options that cannot go
+                together), specs/ (what each executor, compressor and algorithm is), provenance
+                (git state, code hash, versions), rehearsal_mark (a rehearsal data root), the
+                package itself
 
 Read from the source with ast (every import, lazy ones inside functions included), so a new
 module cannot add an upward arrow or a cycle without this test saying which."""
@@ -22,7 +23,7 @@ import lpdl_core
 ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
 TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "bounded": "foundation",
-       "compat": "foundation", "specs": "foundation", "provenance": "foundation",
+       "compat": "foundation", "run_options": "foundation", "specs": "foundation", "provenance": "foundation",
        "rehearsal_mark": "foundation", "decentral": "blocks",
        "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",

@@ -10,6 +10,7 @@ import pytest
 from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
 from lpdl_core.pipeline.workflow.jobs import plan_jobs
 from lpdl_core.pipeline.recipe.mini import BATCH_DIVISOR, STANDINS, mini_batch, mini_run, run_key, same_runs
+from lpdl_core.run_options import RunOptions
 from lpdl_core.training.schedule import ScheduleCfg, lr_at, lr_at_step
 
 ALL = load_cells()
@@ -269,7 +270,7 @@ def test_the_mini_protocol_learns(cell_id, bound, tmp_path, one_thread):
     test samples (the text stand-in has 336)."""
     from lpdl_core.pipeline.run.runcell import run_cell
 
-    m = run_cell(CELLS[cell_id], tmp_path, "mini", device="cpu")
+    m = run_cell(CELLS[cell_id], tmp_path, "mini", options=RunOptions(device="cpu"))
     assert m["status"] == "ok" and m["final"]["mean_acc"] >= bound, m["final"]["mean_acc"]
 
 

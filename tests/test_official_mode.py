@@ -20,6 +20,7 @@ from lpdl_core.decentral.topology import Topology
 from lpdl_core.errors import ConfigError
 from lpdl_core.quant.layers import QConv2d, QLinear
 from lpdl_core.quant.quantizer import QuantCfg
+from lpdl_core.run_options import RunOptions
 from lpdl_core.training.run_cfg import RunCfg
 from lpdl_core.training.train import train
 
@@ -104,8 +105,8 @@ def test_a_mini_cell_runs_in_official_mode(tmp_path, executor):
     from lpdl_core.pipeline.aggregation.tidy import run_row
 
     cell = CELLS["t2-resnet20-dring8-c99-s0.8-ds-int8"]
-    m = run_cell(cell, tmp_path / "run", "mini", fidelity=Fidelity.preset("official"), device="cpu",
-                 executor=executor)
+    m = run_cell(cell, tmp_path / "run", "mini", fidelity=Fidelity.preset("official"),
+                 options=RunOptions(device="cpu", executor=executor))
     assert m["status"] == "ok" and m["executor"] == executor
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["config"]["fidelity"] == Fidelity.preset("official").as_dict()

@@ -148,11 +148,12 @@ def _sign_apply(x, out, u, cfg):
 def test_a_toy_compressor_and_graph_added_through_the_checklist_plan_and_train(monkeypatch):
     """docs/extending.md's checklists, followed in a temporary registry and nowhere else: a graph is
     its name in config.GRAPHS and its peers in topology.REGISTRY; a compressor is its spec
-    (specs/compressors.py) and its kernels' REGISTRY entry (decentral/compress.py; its wire format,
-    for the distributed executor only, is not needed here). A cell with each is valid, has an id,
-    plans and trains one epoch on the mini data."""
+    (specs/compressors.py) and its kernels' REGISTRY entry (decentral/compress.py; a packed wire
+    format, for the one-process-per-node executor only, is not needed here, and without one that
+    executor refuses it in one line). A cell with each is valid, has an id, plans and trains one
+    epoch on the mini data."""
     from lpdl_core import config
-    from lpdl_core.decentral import compress, topology
+    from lpdl_core.decentral import compress, topology, wire
     from lpdl_core.specs import compressors as compressor_specs
 
     with pytest.raises(Exception, match="star"):
@@ -178,3 +179,5 @@ def test_a_toy_compressor_and_graph_added_through_the_checklist_plan_and_train(m
                        engine=EngineCfg(device="cpu", seed=run.partition_seed), run=run)
         assert result.status == "ok" and math.isfinite(result.final["mean_acc"]), cell_id
         assert result.bytes_per_node > 0
+    with pytest.raises(ValueError, match="'sign' has no packed wire format .* use an in-process executor"):
+        wire.codec_of(compress.CompressorCfg.make("sign", drop=0.0))

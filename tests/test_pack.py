@@ -28,9 +28,12 @@ from lpdl_core.decentral.engine.packed import BlockTopology, PackedSimulator, Pa
 from lpdl_core.decentral.optim import OptimCfg
 from lpdl_core.decentral.spectral import is_column_stochastic
 from lpdl_core.decentral.topology import Topology
+from lpdl_core.run_options import RunOptions
 from lpdl_core.training.pack import PackedRun, train_pack
 from lpdl_core.training.run_cfg import RunCfg
 from lpdl_core.training.train import train
+
+PACK_CPU = RunOptions(executor="batched", pack_size=4, device="cpu")
 
 N = 4
 TOPK = lambda r: CompressorCfg(kind="topk", ratio=r)  # noqa: E731
@@ -226,10 +229,10 @@ def test_packed_mini_cells_write_their_own_runs_equal_to_solo(tmp_path):
     cells = cells_by_id(load_cells())
     ids = ["t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32"]
     out_of = lambda cid: str(tmp_path / "packed" / cid)  # noqa: E731
-    done = run_cells_packed([cells[i] for i in ids], out_of, "mini", executor="batched", device="cpu")
+    done = run_cells_packed([cells[i] for i in ids], out_of, "mini", options=PACK_CPU)
     assert all(isinstance(m, dict) and m["status"] == "ok" for m in done.values())
     assert not (tmp_path / "packed" / ids[0] / PACK_CHECKPOINT).exists()
-    solo = run_cell(cells[ids[1]], tmp_path / "solo", "mini", executor="batched", device="cpu")
+    solo = run_cell(cells[ids[1]], tmp_path / "solo", "mini", options=RunOptions(executor="batched", device="cpu"))
     packed = done[ids[1]]
     assert packed["identity"] == solo["identity"]  # packing is how a run is computed, not which run
     assert packed["config"]["packed_with"] == [ids[0]] and "packed_with" not in solo["config"]
@@ -237,7 +240,7 @@ def test_packed_mini_cells_write_their_own_runs_equal_to_solo(tmp_path):
     assert math.isclose(packed["final"]["mean_loss"], solo["final"]["mean_loss"], rel_tol=1e-3)
     # a second call finds both finished and trains nothing
     events = []
-    again = run_cells_packed([cells[i] for i in ids], out_of, "mini", executor="batched", device="cpu",
+    again = run_cells_packed([cells[i] for i in ids], out_of, "mini", options=PACK_CPU,
                              progress=lambda cid, ev: events.append(ev))
     assert again == done and not events
 
@@ -348,7 +351,7 @@ def test_a_packed_job_killed_halfway_resumes_every_cell_from_its_checkpoint(tmp_
 
     cells = cells_by_id(load_cells())
     todo = [cells[i] for i in ("t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32")]
-    whole = run_cells_packed(todo, lambda cid: str(tmp_path / "whole" / cid), "mini", executor="batched", device="cpu")
+    whole = run_cells_packed(todo, lambda cid: str(tmp_path / "whole" / cid), "mini", options=PACK_CPU)
 
     def kill(cid, ev):
         if ev["event"] == "epoch" and ev["epoch"] == 2:
@@ -356,11 +359,11 @@ def test_a_packed_job_killed_halfway_resumes_every_cell_from_its_checkpoint(tmp_
 
     out_of = lambda cid: str(tmp_path / "killed" / cid)  # noqa: E731
     with pytest.raises(Killed):
-        run_cells_packed(todo, out_of, "mini", executor="batched", device="cpu", progress=kill)
+        run_cells_packed(todo, out_of, "mini", options=PACK_CPU, progress=kill)
     assert (tmp_path / "killed" / todo[0].cell_id / PACK_CHECKPOINT).exists()
     assert not any((tmp_path / "killed" / c.cell_id / "metrics.json").exists() for c in todo)
     events = []
-    resumed = run_cells_packed(todo, out_of, "mini", executor="batched", device="cpu",
+    resumed = run_cells_packed(todo, out_of, "mini", options=PACK_CPU,
                                progress=lambda cid, ev: events.append((cid, ev["event"], ev.get("epoch"))))
     assert {(c.cell_id, "resumed", 3) for c in todo} <= set(events)
     for c in todo:  # the same machine and process: a resumed run ends with the uninterrupted run's metrics
@@ -375,7 +378,7 @@ def test_a_pack_whose_data_is_missing_reports_each_cell_and_goes_on(tmp_path):
 
     cells = cells_by_id(load_cells())
     todo = [cells[i] for i in ("t2-resnet20-dring8-c0-s0-choco-fp32", "t2-resnet20-dring8-c99-s0-choco-fp32")]
-    out = run_cells_packed(todo, lambda cid: str(tmp_path / "runs" / cid), "paper", device="cpu",
-                           data_root=str(tmp_path / "no-data"), offline=True)
+    out = run_cells_packed(todo, lambda cid: str(tmp_path / "runs" / cid), "paper",
+                           options=dataclasses.replace(PACK_CPU, data_root=str(tmp_path / "no-data"), offline=True))
     assert set(out) == {c.cell_id for c in todo}
     assert all(isinstance(e, Exception) and "cifar10" in str(e).lower() for e in out.values()), out

@@ -6,6 +6,7 @@ import pytest
 from lpdl_core.pipeline.cells.tables import cells_by_id, load_cells
 from lpdl_core.pipeline.recipe.mini import IMAGE_EPOCHS, WARMUP_FRACTION
 from lpdl_core.pipeline.run.runcell import Fidelity, plan_cell, run_cell
+from lpdl_core.run_options import RunOptions
 
 CELLS = cells_by_id(load_cells())
 
@@ -59,7 +60,7 @@ def test_fidelity_options_reach_the_run():
 
 def test_run_cell_writes_once_then_skips(tmp_path, monkeypatch):
     c = CELLS["fig1-resnet20-dring8-c0-s0.8-choco-fp32-evonorm"]
-    m = run_cell(c, tmp_path, "mini", device="cpu")
+    m = run_cell(c, tmp_path, "mini", options=RunOptions(device="cpu"))
     assert m["status"] == "ok" and m["config"]["cell_id"] == c.cell_id and m["config"]["profile"] == "mini"
     assert (tmp_path / "partition.csv").exists() and not (tmp_path / "checkpoint.pt").exists()
     assert len((tmp_path / "curve.csv").read_text().splitlines()) == 1 + IMAGE_EPOCHS

@@ -13,6 +13,7 @@ changes.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import signal
 import subprocess
@@ -21,7 +22,10 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from ..errors import LpdlError
 from ..training.group import LAUNCHER_ENV
+
+log = logging.getLogger("lpdl.cli")
 
 
 def torchrun_argv(nodes: int, args: list[str], python: str = sys.executable,
@@ -134,3 +138,47 @@ def _parent_of(pid: int) -> int | None:
         return None
 
 
+def launch_ranks(a, todo) -> int:
+    """`lpdl train --executor distributed` started by hand: the same command in n processes, one
+    per node, under torchrun (this module), which die with this process. Refused in
+    one line (exit 2) before any process starts if a live run writes one of the run folders
+    (lpdl_core.pipeline.run.runlock). The console shows rank 0's output; everything goes to the log
+    (lpdl_core.cli.ranklog). A failure is one line naming the rank, how to resume and the
+    log; exit status 1 for a failed rank (2 if it gave its own lpdl error), 128 + the signal
+    (130: Ctrl-C) when interrupted."""
+    import os
+    import shutil
+    import time
+
+    from .ranklog import RankLog, log_path, torchrun_options
+    from ..pipeline.run.runlock import refuse_live_run
+    from ..pipeline.run.runstore import check_writable_dir
+
+    nodes = {c.nodes for c in todo}
+    if len(nodes) > 1:
+        raise LpdlError("the cells of one distributed launch must have the same number of nodes, got "
+                        + ", ".join(f"{c.cell_id} ({c.nodes})" for c in todo))
+    n = nodes.pop()
+    outs = [a.out.replace("{cell}", c.cell_id) for c in todo]
+    for out in outs:
+        refuse_live_run(out)
+    check_writable_dir(outs[0], "run folder")
+    path = log_path(outs[0])  # one launch, one log: in its first cell's run folder
+    tee_dir = path.with_suffix(".torchrun")
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    rank_log = RankLog(path, f"lpdl train (pid {os.getpid()}), {started}: {n} processes under torchrun; "
+                             f"argv: {a.argv}")
+    log.info("train: starting %d processes (one per node) with torchrun", n)
+    ended, line, status = None, "", 0
+    try:
+        ended = run_children(torchrun_argv(n, a.argv, options=torchrun_options(tee_dir)),
+                             {**child_env(n), LAUNCHER_ENV: str(os.getpid())}, on_line=rank_log.line)
+        if ended.code != 0:
+            why, status = rank_log.failure(ended.code, ended.signal, n)
+            line = f"lpdl train: error: {why}"
+    finally:
+        rank_log.close(line or (f"exit status {ended.code}" if ended else ""))
+        shutil.rmtree(tee_dir, ignore_errors=True)  # torchrun's per-rank copies: the log holds them
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    return status

@@ -30,6 +30,15 @@ def fidelity_of(a: argparse.Namespace):
     return Fidelity.from_mapping(values)
 
 
+def run_options(a: argparse.Namespace):
+    """How the runs are computed, from `lpdl train`'s flags (lpdl_core.run_options)."""
+    from ..run_options import RunOptions
+
+    return RunOptions(device=a.device, executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
+                      fused_quant=a.fused_quant, pack_size=a.pack_size, data_root=a.data_root, offline=a.offline,
+                      dist_timeout=a.dist_timeout)
+
+
 def cmd_train(a: argparse.Namespace) -> int:
     """One cell, or several in one process (a Snakemake bundle: the torch import and data load
     are paid once). Each cell keeps its own run folder, checkpoint and resume. In the mini
@@ -58,11 +67,10 @@ def cmd_train(a: argparse.Namespace) -> int:
     if len(set(a.cell)) > 1 and "{cell}" not in a.out:
         raise LpdlError("--out must contain {cell} when several --cell are given "
                         "(e.g. results/mini/runs/{cell}/seed1234)")
-    fidelity = fidelity_of(a)
-    from ..compat import RunOptions, incompatible
+    from ..compat import incompatible
 
-    why = incompatible(RunOptions(executor=a.executor, compile=a.compile, fused_quant=a.fused_quant,
-                                  packed=a.pack_size > 1, rng_streams=fidelity.rng_streams))
+    fidelity, options = fidelity_of(a), run_options(a)
+    why = incompatible(options, rng_streams=fidelity.rng_streams)
     if why:  # before any process starts or anything is written
         raise LpdlError(why)
     todo = [cells[c] for c in dict.fromkeys(a.cell)]
@@ -76,19 +84,21 @@ def cmd_train(a: argparse.Namespace) -> int:
         if not todo:
             return 0
     group = None
-    if executor_spec(a.executor).per_node_process:
+    if executor_spec(options.executor).per_node_process:
         from ..training.group import Group
         from .launch import die_with_torchrun
 
         if not in_group():
-            return _launch_ranks(a, todo)
+            from .launch import launch_ranks
+
+            return launch_ranks(a, todo)
         die_with_torchrun()  # no rank outlives its torchrun (nor, so, the `lpdl train` that started it)
-        group = Group.join(a.executor, device=a.device, timeout_s=a.dist_timeout)
+        group = Group.join(options.executor, device=options.device, timeout_s=options.dist_timeout)
         if group.rank != 0:  # rank 0 speaks for the run
             log.setLevel(max(log.level, logging.WARNING))
     failed, total = [], len(todo)
-    if a.pack_size > 1:  # (not distributed: lpdl_core.compat refused that above)
-        failed = _train_packed(a, [c for c in todo if c.cell_id not in shared], out_of, fidelity)
+    if options.packed:  # (not distributed: lpdl_core.compat refused that above)
+        failed = _train_packed(a, [c for c in todo if c.cell_id not in shared], out_of, fidelity, options)
         todo = [c for c in todo if c.cell_id in shared]
     for i, cell in enumerate(todo, 1):
         if len(todo) > 1:
@@ -100,7 +110,7 @@ def cmd_train(a: argparse.Namespace) -> int:
                 if group is not None:
                     group.barrier()
             else:
-                _train_one(a, cell, out_of(cell.cell_id), fidelity, group)
+                _train_one(a, cell, out_of(cell.cell_id), fidelity, options, group)
         except (LpdlError, ValueError, OSError) as e:
             if total == 1 or group is not None:  # a rank cannot go on alone: the job fails
                 raise
@@ -115,7 +125,7 @@ def cmd_train(a: argparse.Namespace) -> int:
     return 0
 
 
-def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
+def _train_packed(a: argparse.Namespace, cells, out_of, fidelity, options) -> list[str]:
     """The cells in packs of at most --pack-size (lpdl_core.pipeline.run.runpack); the ids that failed."""
     import time
 
@@ -140,9 +150,8 @@ def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
                 log.info(f"[pack of {len(ev['pack'])}: {ev['pack'][0]}, ...] epoch {ev['epoch'] + 1}/{ev['epochs']} "
                          f"acc {accs} ({time.time() - t0:.0f}s)")
 
-    results = run_cells_packed(cells, out_of, a.profile, pack_size=a.pack_size, seed=a.seed, fidelity=fidelity,
-                               device=a.device, executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
-                               fused_quant=a.fused_quant, data_root=a.data_root, offline=a.offline, progress=progress)
+    results = run_cells_packed(cells, out_of, a.profile, seed=a.seed, fidelity=fidelity, options=options,
+                               progress=progress)
     failed = []
     for cell in cells:
         m, out = results[cell.cell_id], out_of(cell.cell_id)
@@ -159,54 +168,6 @@ def _train_packed(a: argparse.Namespace, cells, out_of, fidelity) -> list[str]:
             print(f"[{cell.cell_id}] {m['status']} at {m.get('diverged_at')} ({m['wall_time_s']:.1f}s{how}) -> {out}",
                   flush=True)
     return failed
-
-
-def _launch_ranks(a: argparse.Namespace, todo) -> int:
-    """`lpdl train --executor distributed` started by hand: the same command in n processes, one
-    per node, under torchrun (lpdl_core.cli.launch), which die with this process. Refused in
-    one line (exit 2) before any process starts if a live run writes one of the run folders
-    (lpdl_core.pipeline.run.runlock). The console shows rank 0's output; everything goes to the log
-    (lpdl_core.cli.ranklog). A failure is one line naming the rank, how to resume and the
-    log; exit status 1 for a failed rank (2 if it gave its own lpdl error), 128 + the signal
-    (130: Ctrl-C) when interrupted."""
-    import os
-    import shutil
-    import time
-
-    from ..training.group import LAUNCHER_ENV
-    from .launch import child_env, run_children, torchrun_argv
-    from .ranklog import RankLog, log_path, torchrun_options
-    from ..pipeline.run.runlock import refuse_live_run
-    from ..pipeline.run.runstore import check_writable_dir
-
-    nodes = {c.nodes for c in todo}
-    if len(nodes) > 1:
-        raise LpdlError("the cells of one distributed launch must have the same number of nodes, got "
-                        + ", ".join(f"{c.cell_id} ({c.nodes})" for c in todo))
-    n = nodes.pop()
-    outs = [a.out.replace("{cell}", c.cell_id) for c in todo]
-    for out in outs:
-        refuse_live_run(out)
-    check_writable_dir(outs[0], "run folder")
-    path = log_path(outs[0])  # one launch, one log: in its first cell's run folder
-    tee_dir = path.with_suffix(".torchrun")
-    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    rank_log = RankLog(path, f"lpdl train (pid {os.getpid()}), {started}: {n} processes under torchrun; "
-                             f"argv: {a.argv}")
-    log.info("train: starting %d processes (one per node) with torchrun", n)
-    ended, line, status = None, "", 0
-    try:
-        ended = run_children(torchrun_argv(n, a.argv, options=torchrun_options(tee_dir)),
-                             {**child_env(n), LAUNCHER_ENV: str(os.getpid())}, on_line=rank_log.line)
-        if ended.code != 0:
-            why, status = rank_log.failure(ended.code, ended.signal, n)
-            line = f"lpdl train: error: {why}"
-    finally:
-        rank_log.close(line or (f"exit status {ended.code}" if ended else ""))
-        shutil.rmtree(tee_dir, ignore_errors=True)  # torchrun's per-rank copies: the log holds them
-    if line:
-        print(line, file=sys.stderr, flush=True)
-    return status
 
 
 def _reuse_paper_runs(a: argparse.Namespace, cells, out_of, fidelity) -> set[str]:
@@ -238,7 +199,7 @@ def _share_one(a: argparse.Namespace, cell, primary, out_of, fidelity) -> None:
           f"(computed once) -> {out_of(cell.cell_id)}", flush=True)
 
 
-def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> None:
+def _train_one(a: argparse.Namespace, cell, out: str, fidelity, options, group=None) -> None:
     import time
     from contextlib import nullcontext
 
@@ -246,9 +207,8 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> N
 
     t0 = time.time()
     name = cell.cell_id
-    log.debug("[%s] profile %s, seed %s, device %s, executor %s, data root %s, fidelity %s -> %s", name,
-              a.profile, a.seed if a.seed is not None else "the cell's", a.device, a.executor,
-              a.data_root or "$LPDL_DATA or ./data", fidelity, out)
+    log.debug("[%s] profile %s, seed %s, %s, fidelity %s -> %s", name, a.profile,
+              a.seed if a.seed is not None else "the cell's", options, fidelity, out)
     # in a terminal: a progress bar over epochs (log lines printed above it); always: one INFO
     # log line per epoch with an ETA (on stderr; the cell's outcome goes to stdout)
     bar, above_bar = None, nullcontext()
@@ -283,9 +243,7 @@ def _train_one(a: argparse.Namespace, cell, out: str, fidelity, group=None) -> N
 
     try:
         with above_bar:
-            m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, device=a.device,
-                         executor=a.executor, compile=a.compile, compile_mode=a.compile_mode,
-                         fused_quant=a.fused_quant, data_root=a.data_root, progress=progress, offline=a.offline,
+            m = run_cell(cell, out, a.profile, seed=a.seed, fidelity=fidelity, options=options, progress=progress,
                          group=group)
     finally:
         if bar is not None:

@@ -136,6 +136,9 @@ class Compressor:
     identity_when: cfg -> True when C(v) == v exactly for that config (compress then clones v).
     random: draws uniforms: `compress` passes each segment its (n, m) slice of ONE (n, d) draw.
     zeroed: `out` starts as zeros (apply writes the kept coordinates only), else uninitialized.
+    wire: the packed format its messages travel in between processes (a key of
+        lpdl_core.decentral.wire.FORMATS, whose length per segment is `wire_bytes`); None: it has
+        none, and the one-process-per-node executor refuses it before training.
     Whether it is sparse (K = Σ_l kept_count(m_l, ratio) values plus indices, counted 6K+3 by the
     legacy metric; dense kinds count 4(d+1) there) is its spec's (lpdl_core.specs.compressors).
     """
@@ -145,6 +148,7 @@ class Compressor:
     identity_when: Callable[[CompressorCfg], bool] = _never
     random: bool = False
     zeroed: bool = False
+    wire: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("apply", "wire_bytes", "identity_when"):
@@ -162,12 +166,14 @@ def kept_counts(layout: Layout, ratio: float) -> list[int]:
 
 # ----------------------------------------------------------------------------- the kinds
 REGISTRY: dict[str, Compressor] = {
-    "identity": Compressor(apply=identity_apply, wire_bytes=dense_bytes, identity_when=_always),
-    "topk": Compressor(apply=topk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all, zeroed=True),
+    "identity": Compressor(apply=identity_apply, wire_bytes=dense_bytes, identity_when=_always, wire="dense"),
+    "topk": Compressor(apply=topk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all, zeroed=True,
+                       wire="sparse"),
     "randomk": Compressor(apply=randomk_apply, wire_bytes=sparse_bytes, identity_when=keeps_all,
-                          random=True, zeroed=True),
-    "minmax8": Compressor(apply=minmax_apply, wire_bytes=minmax_bytes),
-    "qsgd": Compressor(apply=qsgd_apply, wire_bytes=qsgd_bytes, identity_when=qsgd_exact, random=True),
+                          random=True, zeroed=True, wire="sparse"),
+    "minmax8": Compressor(apply=minmax_apply, wire_bytes=minmax_bytes, wire="minmax"),
+    "qsgd": Compressor(apply=qsgd_apply, wire_bytes=qsgd_bytes, identity_when=qsgd_exact, random=True,
+                       wire="qsgd"),
 }
 
 # ----------------------------------------------------------------------------- dispatch

@@ -24,6 +24,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from ..config import DEFAULT_DIST_TIMEOUT_S
+
 # SLURM's names for what env:// reads (srun starts one task per node)
 _SLURM_ENV = {"RANK": "SLURM_PROCID", "WORLD_SIZE": "SLURM_NTASKS", "LOCAL_RANK": "SLURM_LOCALID"}
 
@@ -37,7 +39,7 @@ class P2PCfg:
     """
 
     backend: str = "gloo"
-    timeout_s: float = 60.0
+    timeout_s: float = DEFAULT_DIST_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.backend not in ("gloo", "nccl"):

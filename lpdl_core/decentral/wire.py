@@ -5,8 +5,8 @@ A message is, for each layout segment in layout order, the compressed tensor C(v
 form, then the sender's push-sum weight u_j (float32) when its algorithm sends one
 (`Message.push_sum_weight`). Its length is exactly the simulator's "exact" byte metric,
 `compress.message_bytes` (docs/paper-vs-code.md, 'Compression and byte counts'), for float32
-values. Per segment of m scalars (one `Codec` per compressor kind, `CODECS`, keyed as
-`compress.REGISTRY`):
+values. Per segment of m scalars (one `Codec` per format, `FORMATS`, named by each kind's
+`compress.REGISTRY` entry, `Compressor.wire`):
 
 - identity (and any kind whose config is the identity): the m values;
 - topk / randomk: the k kept values, then their k positions as index_bytes(m)-byte unsigned
@@ -132,24 +132,26 @@ def _qsgd_decode(buf, m, cfg, dtype) -> torch.Tensor:
 
 
 DENSE = Codec(encode=_dense_encode, decode=_dense_decode)
-CODECS: dict[str, Codec] = {
-    "identity": DENSE,
-    "topk": Codec(encode=_sparse_encode, decode=_sparse_decode),
-    "randomk": Codec(encode=_sparse_encode, decode=_sparse_decode),
-    "minmax8": Codec(encode=_minmax_encode, decode=_minmax_decode),
+FORMATS: dict[str, Codec] = {
+    "dense": DENSE,
+    "sparse": Codec(encode=_sparse_encode, decode=_sparse_decode),
+    "minmax": Codec(encode=_minmax_encode, decode=_minmax_decode),
     "qsgd": Codec(encode=_qsgd_encode, decode=_qsgd_decode),
 }
 
 
-def _codec(cfg: CompressorCfg) -> Codec:
+def codec_of(cfg: CompressorCfg) -> Codec:
+    """The packed format of cfg's messages; ValueError (one line) for a kind that has none."""
     if sys.byteorder != "little":
         raise RuntimeError("the wire format is little-endian; this host is not")
     if cfg.is_identity:
         return DENSE
-    try:
-        return CODECS[cfg.kind]
-    except KeyError:
-        raise ValueError(f"compressor kind {cfg.kind!r} has no wire format (lpdl_core.decentral.wire)") from None
+    name = REGISTRY[cfg.kind].wire
+    if name not in FORMATS:
+        raise ValueError(f"compressor {cfg.kind!r} has no packed wire format (its Compressor.wire is {name!r}, "
+                         f"not one of {', '.join(FORMATS)}): one process per node cannot send it; "
+                         f"use an in-process executor")
+    return FORMATS[name]
 
 
 def _segment_bytes(m: int, cfg: CompressorCfg, value_bytes: int) -> int:
@@ -169,7 +171,7 @@ def pack(v: torch.Tensor, layout: Layout, cfg: CompressorCfg, *, draws: torch.Te
     weight its push-sum weight (or None) -> the packed bytes (1-D uint8)."""
     if REGISTRY[cfg.kind].random and not cfg.is_identity and draws is None:
         raise ValueError(f"compressor {cfg.kind!r} draws uniforms: pass draws")
-    codec = _codec(cfg)
+    codec = codec_of(cfg)
     parts = []
     for s in layout.segments():
         parts += codec.encode(v[s.start:s.stop], None if draws is None else draws[s.start:s.stop], cfg)
@@ -184,7 +186,7 @@ def unpack(buf: torch.Tensor, layout: Layout, cfg: CompressorCfg, *, dtype: torc
     expected = message_size(layout, cfg, dtype=dtype, push_sum_weight=push_sum_weight)
     if buf.dtype != torch.uint8 or buf.numel() != expected:
         raise ValueError(f"a message of this layout has {expected} bytes, got {buf.numel()} {buf.dtype}")
-    codec, vb = _codec(cfg), torch.empty((), dtype=dtype).element_size()
+    codec, vb = codec_of(cfg), torch.empty((), dtype=dtype).element_size()
     out, at = [], 0
     for m in layout.numels:
         nb = _segment_bytes(m, cfg, vb)

@@ -12,7 +12,8 @@ sized for the 8x8 digits stand-in so the whole grid trains on a laptop.
 Each stand-in is built by its paper model's own class (same blocks, norms, 8-bit layers and
 initialisation), only with fewer or narrower stages: precision, norm kind and the quantizer
 settings pass through unchanged. Names and descriptions: lpdl_core.specs.models (MINI_STANDINS) (torch-free),
-whose description of a stand-in is part of its runs' identity. VGG's classifier keeps the paper's
+whose description of a stand-in is part of its runs' identity; the builder of stand-in "mini-x" is
+this module's `mini_x`. VGG's classifier keeps the paper's
 dropout 0.5: without it the classifier's hidden ReLUs of the single-node 8-bit stand-in died at
 the warm-up peak in more seeds (docs/mini-profile.md, "The learning rate, and the one fragile cell").
 """
@@ -30,31 +31,27 @@ from .resnet_imagenet import ResNetImagenet
 from .vgg import VGG
 
 
-def _resnet20(num_classes, norm, qcfg):
+def mini_resnet20(num_classes, norm, qcfg):
     return ResNetCifar(8, num_classes, norm, qcfg, width=16)
 
 
-def _resnet54(num_classes, norm, qcfg):
+def mini_resnet54(num_classes, norm, qcfg):
     return ResNetCifar(14, num_classes, norm, qcfg, width=16)
 
 
-def _vgg11(num_classes, norm, qcfg):
+def mini_vgg11(num_classes, norm, qcfg):
     return VGG(num_classes, norm, qcfg, "cifar10", cfg=(32, 32, "M", 64, 64, "M", 128, "M"), hidden=128,
                dropout=0.5)
 
 
-def _resnet18(num_classes, norm, qcfg):
+def mini_resnet18(num_classes, norm, qcfg):
     return ResNetImagenet((1, 1, 1, 1), num_classes, norm, qcfg, widths=(16, 32, 64, 128), stem="small",
                           strides=(1, 1, 2, 2))
 
 
-def _mobilenetv2(num_classes, norm, qcfg):
+def mini_mobilenetv2(num_classes, norm, qcfg):
     cfg = ((1, 16, 1, 1), (4, 32, 1, 2), (4, 64, 1, 2))
     return MobileNetV2(num_classes, norm, qcfg, cfg=cfg, stem=16, head=128)
-
-
-BUILDERS: dict[str, Callable] = {"resnet20": _resnet20, "resnet54": _resnet54, "vgg11": _vgg11,
-                                 "resnet18": _resnet18, "mobilenetv2": _mobilenetv2}
 
 
 def build_standin(model: str, *, precision: str = "fp32", norm: str | None = None, num_classes: int = 10,
@@ -63,7 +60,13 @@ def build_standin(model: str, *, precision: str = "fp32", norm: str | None = Non
     if model not in MINI_STANDINS:
         raise ValueError(f"no mini stand-in for model {model!r}; models with one: {', '.join(MINI_STANDINS)}")
     norm, qcfg = resolve_precision(precision, norm, qcfg)
-    return BUILDERS[model](num_classes, norm, qcfg)
+    return standin_builder(model)(num_classes, norm, qcfg)
+
+
+def standin_builder(model: str) -> Callable:
+    """The builder of a paper model's stand-in: this module's function named as the stand-in
+    (lpdl_core.specs.models, e.g. "mini-resnet20" -> mini_resnet20(num_classes, norm, qcfg))."""
+    return globals()[MINI_STANDINS[model][0].replace("-", "_")]
 
 
 # --------------------------------------------------------------------------------------------

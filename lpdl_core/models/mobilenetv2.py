@@ -98,7 +98,7 @@ class MobileNetV2(nn.Module):
 
 
 def mobilenetv2(*, num_classes: int = 10, precision: str = "fp32", norm: str | None = None,
-                qcfg: QuantCfg | None = None) -> MobileNetV2:
-    """MobileNetV2 for 32-px CIFAR."""
+                qcfg: QuantCfg | None = None, dataset: str | None = None) -> MobileNetV2:
+    """MobileNetV2 for 32-px CIFAR (the dataset changes only num_classes)."""
     norm, qcfg = resolve_precision(precision, norm, qcfg)
     return MobileNetV2(num_classes, norm, qcfg)

@@ -6,6 +6,7 @@ paper).
 """
 from __future__ import annotations
 
+import importlib
 from typing import Callable
 
 import torch
@@ -14,26 +15,20 @@ from torch import nn
 from ..config import CNN_MODELS as MODELS, DATASET_SPECS, MODEL_DATASETS, PRECISIONS
 from ..specs.models import SPECS as MODEL_SPECS
 from ..quant.quantizer import QuantCfg
-from .mobilenetv2 import mobilenetv2
-from .resnet_cifar import resnet_cifar
-from .resnet_imagenet import resnet18
-from .vgg import vgg11
 
-# name -> builder(dataset, **kw); the datasets each is built for are lpdl_core.config.MODEL_DATASETS
-# (from DATASET_SPECS); resnet18 is the 224-px Imagenette net
-BUILDERS: dict[str, Callable[..., nn.Module]] = {
-    "resnet20": lambda dataset, **kw: resnet_cifar(20, **kw),
-    "resnet54": lambda dataset, **kw: resnet_cifar(54, **kw),
-    "vgg11": lambda dataset, **kw: vgg11(dataset=dataset, **kw),
-    "resnet18": lambda dataset, **kw: resnet18(**kw),
-    "mobilenetv2": lambda dataset, **kw: mobilenetv2(**kw),
-}
-PAPER_TABLE1 = {n: MODEL_SPECS[n].paper_params for n in BUILDERS}  # the parameter counts the paper prints
+PAPER_TABLE1 = {n: MODEL_SPECS[n].paper_params for n in MODELS}  # the parameter counts the paper prints
+
+
+def builder(name: str) -> Callable[..., nn.Module]:
+    """The CNN's builder named by its spec ("module:function" in lpdl_core.models), taking
+    dataset=, num_classes=, precision=, norm=, qcfg=."""
+    module, function = MODEL_SPECS[name].builder.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 def _dataset(name: str, dataset: str | None) -> str:
     """The dataset a model is built for: `dataset` if it is one of them, its first by default."""
-    if name not in BUILDERS:
+    if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODELS)}")
     datasets = MODEL_DATASETS[name]
     if dataset is not None and dataset not in datasets:
@@ -50,8 +45,7 @@ def build_model(name: str, *, precision: str = "fp32", norm: str | None = None, 
     dataset = _dataset(name, dataset)
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid precisions: {', '.join(PRECISIONS)}")
-    build = BUILDERS[name]
-    return build(dataset, num_classes=num_classes, precision=precision, norm=norm, qcfg=qcfg)
+    return builder(name)(dataset=dataset, num_classes=num_classes, precision=precision, norm=norm, qcfg=qcfg)
 
 
 def input_size(name: str, dataset: str | None = None) -> int:

@@ -144,3 +144,13 @@ def resnet_cifar(depth: int, *, num_classes: int = 10, precision: str = "fp32", 
     width: channels of the first stage (paper: 16); the mini profile uses depth 8, width 8."""
     norm, qcfg = resolve_precision(precision, norm, qcfg)
     return ResNetCifar(depth, num_classes, norm, qcfg, width)
+
+
+def resnet20(*, dataset: str | None = None, **kw) -> ResNetCifar:
+    """The paper's ResNet-20 (32 px: the CIFAR dataset changes only num_classes)."""
+    return resnet_cifar(20, **kw)
+
+
+def resnet54(*, dataset: str | None = None, **kw) -> ResNetCifar:
+    """The paper's ResNet-54 (32 px: the CIFAR dataset changes only num_classes)."""
+    return resnet_cifar(54, **kw)

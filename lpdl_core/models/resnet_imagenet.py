@@ -55,7 +55,7 @@ class ResNetImagenet(nn.Module):
 
 
 def resnet18(*, num_classes: int = 10, precision: str = "fp32", norm: str | None = None,
-             qcfg: QuantCfg | None = None) -> ResNetImagenet:
-    """ResNet-18 (BasicBlock [2, 2, 2, 2]) for 224-px Imagenette."""
+             qcfg: QuantCfg | None = None, dataset: str | None = None) -> ResNetImagenet:
+    """ResNet-18 (BasicBlock [2, 2, 2, 2]) for 224-px Imagenette (its one dataset)."""
     norm, qcfg = resolve_precision(precision, norm, qcfg)
     return ResNetImagenet((2, 2, 2, 2), num_classes, norm, qcfg)

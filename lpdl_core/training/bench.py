@@ -18,7 +18,8 @@ from typing import Callable
 
 import torch
 
-from ..compat import RunOptions, incompatible
+from ..compat import incompatible
+from ..run_options import RunOptions
 from ..config import PRECISIONS
 from ..specs.executors import DEFAULT_EXECUTOR, executor_spec
 from ..decentral.algorithms.base import GossipCfg
@@ -93,7 +94,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                  "fused_quant": fused_quant,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
-    why = incompatible(RunOptions(executor=executor, compile=compile, fused_quant=fused_quant, packed=pack > 1))
+    why = incompatible(RunOptions(executor=executor, compile=compile, fused_quant=fused_quant, pack_size=pack))
     if why:  # lpdl_core.compat: what cannot run together, as the workflow and lpdl train refuse it
         raise ValueError(f"bench: {why}")
     if executor_spec(executor).per_node_process:  # n processes; each step: compute, compression, communication

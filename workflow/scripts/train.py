@@ -12,8 +12,9 @@ weights beforehand."""
 import os
 import sys
 
-from lpdl_core.specs.executors import executor_spec
 from lpdl_core.pipeline.cells.grids import grid_of_folder
+from lpdl_core.run_options import RunOptions
+from lpdl_core.specs.executors import executor_spec
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
@@ -21,24 +22,20 @@ cfg, seed, results = sm.config, sm.wildcards.seed, sm.wildcards.results
 # the grid is found from that, not from a param, so adding grids never changes the paper jobs'
 # params (a params change would rerun every finished cell).
 grid = grid_of_folder(results, cfg["profile"], cfg.get("extensions") or ())
+# How the job runs (lpdl_core.run_options), from the config's keys; offline: nothing downloads.
+options = RunOptions.from_config(cfg, offline=True)
 argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells for a in ("--cell", c)),
         *(("--grid", grid) if grid else ()),
         # a grid cell whose mini run is a paper cell's reuses the paper's finished run (mini profile)
         *(("--reuse-runs", f"results/{results.removesuffix('-' + grid)}/runs/{{cell}}/seed{seed}")
           if grid and cfg["profile"] == "mini" else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
-        *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()),
-        "--device", cfg["device"], "--executor", cfg["executor"],
-        *(("--compile", "--compile-mode", cfg.get("compile_mode", "auto")) if cfg.get("compile") else ()),
-        *(("--fused-quant",) if cfg.get("fused_quant") else ()),
-        *(("--data-root", cfg["data_root"]) if cfg["data_root"] else ()), "--fidelity-json", sm.params.fidelity,
-        *(("--pack-size", str(cfg.get("pack_size", 4))) if cfg.get("cells_per_job") == "pack" else ()),
-        "--offline"]
+        *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--fidelity-json", sm.params.fidelity,
+        *options.argv()]
 os.environ["OMP_NUM_THREADS"] = str(sm.threads)
-if executor_spec(cfg["executor"]).per_node_process:
+if executor_spec(options.executor).per_node_process:
     # one process per node: `lpdl train` starts them with torchrun on this host, or, in a SLURM job
     # of n tasks (the slurm profile; resources mpi/tasks), srun starts one per task here
-    argv += ["--dist-timeout", str(cfg["dist_timeout"])]  # the schema's default when unset
     tasks = int(sm.resources.get("tasks", 1) or 1)
     if tasks > 1 and "SLURM_JOB_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) >= tasks:
         from lpdl_core.pipeline.workflow.slurm_env import slurm_master_env

@@ -99,6 +99,7 @@ class NodeProcess(Simulator):
         if self.x.dtype != wire.WEIGHT_DTYPE:
             raise ValueError(f"the wire format carries float32 node state, got {self.x.dtype}")
         self.catch_up = self.algorithm.MESSAGE.catch_up(gossip)
+        wire.codec_of(gossip.compressor)  # a compressor with no packed format: refused before any message
         self.size = wire.message_size(self.layout, gossip.compressor, dtype=self.x.dtype,
                                       push_sum_weight=self.algorithm.MESSAGE.push_sum_weight)
         self._history: dict[int, torch.Tensor] = {}     # own packed messages a receiver may miss

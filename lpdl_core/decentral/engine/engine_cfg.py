@@ -8,7 +8,8 @@ import torch
 
 from ...config import DEFAULT_SEED, DEVICES, EXECUTORS, RNG_STREAMS
 from ...specs.executors import DEFAULT_EXECUTOR
-from ...compat import RunOptions, incompatible
+from ...compat import incompatible
+from ...run_options import RunOptions
 from ...errors import DeviceUnavailable
 from .compiled import CompileCfg
 
@@ -52,8 +53,8 @@ class EngineCfg:
         if self.device not in DEVICES:
             raise ValueError(f"engine.device must be one of {DEVICES}, got {self.device!r}")
         CompileCfg(enabled=self.compile, mode=self.compile_mode)  # validates both
-        why = incompatible(RunOptions(executor=self.executor, compile=self.compile, fused_quant=self.fused_quant,
-                                      rng_streams=self.rng_streams))
+        why = incompatible(RunOptions(executor=self.executor, compile=self.compile, fused_quant=self.fused_quant),
+                           rng_streams=self.rng_streams)
         if why:  # the one table of what cannot run together (the workflow and lpdl train read it too)
             raise ValueError(f"engine: {why}")
 

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    ap.add_argument("--timeout", type=float, default=60.0, help="seconds for rendezvous and each wait")
+    ap.add_argument("--timeout", type=float, default=p2p.P2PCfg().timeout_s,
+                    help="seconds for rendezvous and each wait")
     ap.add_argument("--check", action="store_true", help="compare with the loop simulator")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)

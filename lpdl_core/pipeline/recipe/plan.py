@@ -22,6 +22,7 @@ from ...decentral.optim import OptimCfg
 from ...decentral.topology import Topology
 from ...errors import ConfigError
 from ...quant.quantizer import QuantCfg
+from ...run_options import RunOptions
 from ...rehearsal_mark import data_kind, rehearsal_model
 from ...training.schedule import ScheduleCfg
 from ...training.run_cfg import RunCfg
@@ -75,10 +76,11 @@ class Plan:
         return load_dataset(self.dataset, offline=offline, crop_sampling=self.fidelity.crop_sampling,
                             **self.dataset_kwargs)
 
-    def engine_cfg(self, **how) -> EngineCfg:
-        """How the plan runs (executor, device, compile, ...: never what it computes), with the
-        fidelity's random streams."""
-        return EngineCfg(rng_streams=self.fidelity.rng_streams, **how)
+    def engine_cfg(self, options: RunOptions) -> EngineCfg:
+        """The engine config: how the plan runs (`options`: executor, device, compile, ...; never
+        what it computes), with the fidelity's random streams, seeded with the run's seed."""
+        return EngineCfg(rng_streams=self.fidelity.rng_streams, seed=self.run.partition_seed,
+                         **options.engine_fields())
 
 
 def _topology(cell: Cell) -> Topology:

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Callable
 
 from ...config import PROFILES, Fidelity
-from ...specs.executors import DEFAULT_EXECUTOR
 from ...errors import ConfigError
+from ...run_options import RunOptions
 from ...training.train import train
 from ..cells.cell import Cell
 from ..recipe.plan import Plan, plan_cell
@@ -20,16 +20,12 @@ from .runstore import check_writable_dir  # noqa: F401  (re-exported)
 
 @holds_run_folder  # one live run per run folder: a second one is refused (lpdl_core.pipeline.run.runlock)
 def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: int | None = None,
-             fidelity: Fidelity = Fidelity(), device: str = "auto", executor: str = DEFAULT_EXECUTOR,
-             compile: bool = False, compile_mode: str = "auto", fused_quant: bool = False,
-             data_root: str | None = None, progress: Callable[[dict], None] | None = None,
-             offline: bool = False, group: Group | None = None) -> dict:
+             fidelity: Fidelity = Fidelity(), options: RunOptions = RunOptions(),
+             progress: Callable[[dict], None] | None = None, group: Group | None = None) -> dict:
     """Run (or resume, or skip if finished) one cell; writes out_dir/{metrics.json, curve.csv,
     partition.csv}. metrics.json is written last, so its presence means the cell is complete.
-    offline: download nothing (the workflow's jobs; `lpdl prefetch` fetched the data beforehand).
-    compile: each training iteration as one torch.compile graph (executor "batched"; how it runs,
-    not what it computes: same run identity). fused_quant: the 8-bit quantizers as fused kernels
-    in eager steps (engine.fused_quant; also how it runs, not what it computes).
+    options: how it runs (device, executor, compile, data root, offline, ...: lpdl_core.run_options),
+    never what it computes, so not part of the run's identity.
     With a one-process-per-node executor (distributed) this process is one of the cell's n ranks
     (`group`, joined if not given: lpdl_core.training.group); rank 0 checks and writes the run folder.
 
@@ -46,24 +42,22 @@ def run_cell(cell: Cell, out_dir: str | Path, profile: str = "mini", *, seed: in
         raise ConfigError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     seed = cell.seed if seed is None else seed
     identity = run_identity(cell, profile=profile, seed=seed, fidelity=fidelity,
-                            data=run_data(cell, profile, data_root))
-    group = group or Group.join(executor, device=device)
+                            data=run_data(cell, profile, options.data_root))
+    group = group or Group.join(options.executor, device=options.device, timeout_s=options.dist_timeout)
     if group.distributed and group.world != cell.nodes:
         raise ConfigError(f"{cell.cell_id} has {cell.nodes} nodes but runs on {group.world} processes")
 
     done = group.first(lambda: finished_run(out, identity, progress))
     if done is not None:
         return done
-    resolve_device(device)  # no CUDA: one line now, not after loading the data
-    plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root)
-    split = plan.load_data(offline=offline)
-    engine = plan.engine_cfg(executor=executor, device=device, seed=plan.run.partition_seed, compile=compile,
-                             compile_mode=compile_mode, fused_quant=fused_quant)
+    resolve_device(options.device)  # no CUDA: one line now, not after loading the data
+    plan = plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=options.data_root)
+    split = plan.load_data(offline=options.offline)
+    engine = plan.engine_cfg(options)
     ckpt = out / "checkpoint.pt"
     result = train(plan.make_model, split, topology=plan.topology, gossip=plan.gossip, optim_cfg=plan.optim,
                    engine=engine, run=plan.run, progress=progress, checkpoint=ckpt, identity=identity)
-    config = run_config(cell, plan, split, executor=executor, compile=compile, device=device,
-                        fused_quant=fused_quant)
+    config = run_config(cell, plan, split, options)
     if group.distributed:
         config["processes"] = group.world
     group.barrier()  # every rank has finished (and saved its last checkpoint)
@@ -87,13 +81,11 @@ def finished_run(out: Path, identity: dict, progress: Callable[[dict], None] | N
     return read_run_metrics(out / "metrics.json", identity)
 
 
-def run_config(cell: Cell, plan: Plan, split, *, executor: str, compile: bool, device: str,
-               fused_quant: bool = False) -> dict:
+def run_config(cell: Cell, plan: Plan, split, options: RunOptions) -> dict:
     """The `config` record of a run's metrics.json: the cell, its resolved plan and how it ran."""
     return {"cell": asdict(cell), "cell_id": cell.cell_id, "profile": plan.profile, "seed": plan.run.partition_seed,
             "dataset": split.label, "model": plan.model, "mapping": list(plan.mapping),
-            "fidelity": plan.fidelity.as_dict(), "executor": executor, "compile": compile,
-            "fused_quant": fused_quant, "device_requested": device,
+            "fidelity": plan.fidelity.as_dict(), **options.record(),
             "gossip": asdict(plan.gossip), "optim": asdict(plan.optim), "run": asdict(plan.run)}
 
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ...errors import LpdlError
-from ...specs.executors import DEFAULT_EXECUTOR, executor_spec
+from ...run_options import RunOptions
+from ...specs.executors import executor_spec
 from ...training.group import LAUNCHER_ENV
 
 try:
@@ -102,18 +103,18 @@ def hold_run_folder(run_dir: str | os.PathLike) -> Iterator[bool]:
 
 
 def holds_run_folder(fn: Callable) -> Callable:
-    """Decorates run_cell(cell, out_dir, ..., executor=, group=): the call holds out_dir's lock,
-    taken by the process that writes the folder (rank 0 of a distributed run, else the only one)."""
+    """Decorates run_cell(cell, out_dir, ..., options=, group=): the call holds out_dir's lock,
+    taken by the process that writes the folder (rank 0 of a one-process-per-node run, else the
+    only one)."""
     @functools.wraps(fn)
-    def call(cell, out_dir, *args, **kwargs):
-        group = kwargs.get("group")
+    def call(cell, out_dir, *args, options: RunOptions = RunOptions(), group=None, **kwargs):
         if group is not None:
             writer = group.rank == 0
         else:  # joined inside fn: the rank its launcher gave this process
-            writer = not executor_spec(kwargs.get("executor", DEFAULT_EXECUTOR)).per_node_process or \
+            writer = not executor_spec(options.executor).per_node_process or \
                 int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
         with hold_run_folder(out_dir) if writer else nullcontext():
-            return fn(cell, out_dir, *args, **kwargs)
+            return fn(cell, out_dir, *args, options=options, group=group, **kwargs)
     return call
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from ...config import Fidelity
 from ...errors import LpdlError
+from ...run_options import RunOptions
 from ..cells.cell import Cell
 from ..recipe.packing import pack_key
 from ..recipe.plan import Plan, plan_cell
@@ -33,24 +34,24 @@ def _plan_key(plan: Plan) -> tuple:
             repr(plan.fidelity), plan.mapping)
 
 
-def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: str = "mini", *, pack_size: int = 4,
-                     seed: int | None = None, fidelity: Fidelity = Fidelity(), device: str = "auto",
-                     executor: str = "batched", compile: bool = False, compile_mode: str = "auto",
-                     fused_quant: bool = False, data_root: str | None = None, offline: bool = False,
+def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: str = "mini", *,
+                     seed: int | None = None, fidelity: Fidelity = Fidelity(),
+                     options: RunOptions = RunOptions(executor="batched", pack_size=4),
                      progress: Callable[[str, dict], None] | None = None) -> dict[str, dict | Exception]:
-    """Every cell's metrics (or the error that stopped it), by cell id. progress(cell_id, event)."""
+    """Every cell's metrics (or the error that stopped it), by cell id, trained in packs of at
+    most options.pack_size. progress(cell_id, event)."""
     from ...decentral.engine import resolve_device
     from ...training.pack import PackedRun, batch_plan
     from .runstore import run_data, run_identity
 
-    if pack_size < 1:
-        raise ValueError(f"pack_size must be >= 1, got {pack_size}")
+    if options.pack_size < 1:
+        raise ValueError(f"pack_size must be >= 1, got {options.pack_size}")
     report = progress or (lambda cid, ev: None)
     out: dict[str, dict | Exception] = {}
     pending: list[tuple[Cell, Plan, dict]] = []
     for cell in cells:
         ident = run_identity(cell, profile=profile, seed=cell.seed if seed is None else seed, fidelity=fidelity,
-                             data=run_data(cell, profile, data_root))
+                             data=run_data(cell, profile, options.data_root))
         try:
             done = finished_run(Path(out_of(cell.cell_id)), ident, lambda ev, c=cell.cell_id: report(c, ev))
         except (LpdlError, OSError, ValueError) as e:
@@ -60,12 +61,13 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
             out[cell.cell_id] = done
             continue
         try:
-            pending.append((cell, plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=data_root), ident))
+            pending.append((cell, plan_cell(cell, profile, seed=seed, fidelity=fidelity, data_root=options.data_root),
+                            ident))
         except (LpdlError, ValueError) as e:
             out[cell.cell_id] = e
     if not pending:
         return out
-    resolve_device(device)
+    resolve_device(options.device)
     groups: dict[tuple, list] = {}
     for item in pending:
         groups.setdefault((pack_key(item[0]), _plan_key(item[1])), []).append(item)
@@ -75,7 +77,7 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
         key = (plan0.dataset, repr(sorted(plan0.dataset_kwargs.items())))
         try:
             if key not in splits:
-                splits[key] = plan0.load_data(offline=offline)
+                splits[key] = plan0.load_data(offline=options.offline)
         except (LpdlError, OSError, ValueError) as e:  # e.g. a dataset that is not there (offline)
             out.update({item[0].cell_id: e for item in items})
             continue
@@ -84,32 +86,27 @@ def run_cells_packed(cells: list[Cell], out_of: Callable[[str], str], profile: s
         for item in items:
             by_batches.setdefault(batch_plan(split, item[1].topology, item[1].run), []).append(item)
         for same in by_batches.values():
-            for i in range(0, len(same), pack_size):
-                stack = same[i:i + pack_size]
+            for i in range(0, len(same), options.pack_size):
+                stack = same[i:i + options.pack_size]
                 if len(stack) == 1:
                     cell = stack[0][0]
                     try:
                         out[cell.cell_id] = run_cell(
-                            cell, out_of(cell.cell_id), profile, seed=seed, fidelity=fidelity, device=device,
-                            executor=executor, compile=compile, compile_mode=compile_mode, fused_quant=fused_quant,
-                            data_root=data_root,
-                            progress=lambda ev, c=cell.cell_id: report(c, ev), offline=offline)
+                            cell, out_of(cell.cell_id), profile, seed=seed, fidelity=fidelity, options=options,
+                            progress=lambda ev, c=cell.cell_id: report(c, ev))
                     except (LpdlError, OSError, ValueError) as e:
                         out[cell.cell_id] = e
                     continue
                 runs = [PackedRun(topology=p.topology, gossip=p.gossip, run=p.run, identity=ident)
                         for _, p, ident in stack]
                 try:
-                    out.update(_train_stack(stack, runs, split, out_of, executor=executor, device=device,
-                                            compile=compile, compile_mode=compile_mode, fused_quant=fused_quant,
-                                            report=report))
+                    out.update(_train_stack(stack, runs, split, out_of, options, report=report))
                 except (LpdlError, OSError, ValueError) as e:
                     out.update({c.cell_id: e for c, _, _ in stack})
     return out
 
 
-def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compile_mode, fused_quant,
-                 report) -> dict[str, dict]:
+def _train_stack(stack, runs, split, out_of, options: RunOptions, *, report) -> dict[str, dict]:
     from ...training.pack import train_pack
 
     ids = [c.cell_id for c, _, _ in stack]
@@ -118,8 +115,7 @@ def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compi
         for d in dirs:  # one live run per run folder (lpdl_core.pipeline.run.runlock)
             held.enter_context(hold_run_folder(d))
             d.mkdir(parents=True, exist_ok=True)
-        engine = stack[0][1].engine_cfg(executor=executor, device=device, compile=compile,
-                                        compile_mode=compile_mode, fused_quant=fused_quant)
+        engine = stack[0][1].engine_cfg(options)
 
         def progress(ev: dict) -> None:
             if "cell" in ev:
@@ -134,8 +130,7 @@ def _train_stack(stack, runs, split, out_of, *, executor, device, compile, compi
         # the first cell's folder last: writing it drops the pack's checkpoint, which resumes the others
         for k in [*range(1, len(stack)), 0]:
             (cell, plan, ident), res, d = stack[k], results[k], dirs[k]
-            config = run_config(cell, plan, split, executor=executor, compile=compile, device=device,
-                                fused_quant=fused_quant)
+            config = run_config(cell, plan, split, options)
             config["packed_with"] = [c for c in ids if c != cell.cell_id]
             done[cell.cell_id] = write_run(d, res, config, split, ident)
     return done

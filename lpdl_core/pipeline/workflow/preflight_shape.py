@@ -40,22 +40,22 @@ def measure(spec: dict) -> dict:
     steps, warmup."""
     from ...config import Fidelity
     from ...data.augment import augment_batch
-    from ...data.registry import load_dataset
-    from ...decentral.engine import EngineCfg, Simulator
+    from ...decentral.engine import Simulator
     from ...decentral.engine.packed import PackedSimulator, PackMember
     from ..cells.cell import Cell
     from ..recipe.plan import plan_cell
     from ...quant.params import ParamQuant
+    from ...run_options import RunOptions
 
     cell = Cell(**spec["cell"])
     fidelity = Fidelity.from_mapping(spec.get("fidelity") or {})
     plan = plan_cell(cell, spec["profile"], seed=cell.seed, fidelity=fidelity, data_root=spec.get("data_root"))
     t0 = time.perf_counter()
-    split = load_dataset(plan.dataset, offline=True, crop_sampling=fidelity.crop_sampling, **plan.dataset_kwargs)
+    split = plan.load_data(offline=True)
     load_s = time.perf_counter() - t0
-    engine = EngineCfg(executor=spec["executor"], device=spec.get("device", "auto"), seed=plan.run.partition_seed,
-                       compile=bool(spec.get("compile")), compile_mode=spec.get("compile_mode", "auto"),
-                       rng_streams=fidelity.rng_streams)
+    options = RunOptions(executor=spec["executor"], device=spec.get("device", "auto"),
+                         compile=bool(spec.get("compile")), compile_mode=spec.get("compile_mode", "auto"))
+    engine = plan.engine_cfg(options)
     pack = int(spec.get("pack", 1))
     if pack > 1:
         members = [PackMember(topology=plan.topology, gossip=plan.gossip, seed=engine.seed + k) for k in range(pack)]

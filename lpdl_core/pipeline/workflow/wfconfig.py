@@ -17,7 +17,6 @@ from ...config import (CELLS_PER_JOB, COMPILE_MODES, DEFAULT_DIST_TIMEOUT_S, DEV
                       PROFILES, TABLES, Fidelity, other_mode, results_name)
 from ...bounded import check_values, load_yaml
 from ...errors import ConfigError
-from ...specs.executors import DEFAULT_EXECUTOR
 
 SCHEMA = Path("workflow/schemas/config.schema.yaml")   # relative to the workflow's directory
 CONFIGFILE = Path("config/config.yaml")                # the Snakefile's configfile
@@ -114,15 +113,15 @@ def check_workflow_config(config: Mapping, schema: Mapping) -> dict:
 def _check_compatible(cfg: Mapping) -> None:
     """ConfigError for a combination of how-to-run keys a job would refuse (lpdl_core.compat), in
     each fidelity mode the config runs."""
-    from ...compat import RunOptions, incompatible
+    from ...compat import incompatible
+    from ...run_options import RunOptions
 
     fidelity = Fidelity.from_mapping(cfg.get("fidelity", "paper"))
     fidelities = [fidelity] + ([other_mode(cfg.get("profile", "mini"), fidelity)[1]]
                                if cfg.get("compare_modes") else [])
+    options = RunOptions.from_config(cfg)
     for fid in fidelities:
-        why = incompatible(RunOptions(executor=cfg.get("executor", DEFAULT_EXECUTOR), compile=bool(cfg.get("compile")),
-                                      fused_quant=bool(cfg.get("fused_quant")),
-                                      packed=cfg.get("cells_per_job") == "pack", rng_streams=fid.rng_streams))
+        why = incompatible(options, rng_streams=fid.rng_streams)
         if why:
             mode = f" (fidelity mode {fid.mode})" if fid.rng_streams != "per-node" else ""
             raise ConfigError(why + mode)
