@@ -24,6 +24,9 @@ from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
 from .specs.models import CNN_MODELS, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
 # the fidelity options' values (the paper's first, the official code's second), re-exported
 from .specs.fidelity import FIDELITY_CHOICES  # noqa: F401
+# the datasets and their mini stand-ins (kind, classes, loader, fetcher, class sizes), re-exported
+from .specs.datasets import (DATA_KINDS, DATASET_SPECS, DATASETS, IMAGE_DATASETS, PAPER_DATASETS,  # noqa: F401
+                             STANDIN_DATASETS, DatasetSpec, dataset_spec)
 
 # ---- the vocabulary ----------------------------------------------------------------------------
 PROFILES = ("mini", "paper")           # mini: embedded stand-ins on a laptop; paper: the paper's protocol
@@ -31,51 +34,6 @@ TABLES = ("table1", "table2", "table3", "table4", "table5", "fig1")   # the pape
 PRECISIONS = ("fp32", "int8")          # full precision; 8-bit weights, activations and layer gradients
 
 
-DATA_KINDS = ("image", "text")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DatasetSpec:
-    """What every caller needs to know of a dataset, in one place: its kind, class count and the input
-    side the paper's image models take (which models are built for it: lpdl_core.specs.models). A
-    stand-in names the paper dataset it replaces."""
-    name: str
-    kind: str                      # one of DATA_KINDS
-    classes: int
-    size: int | None = None        # image side in pixels the paper models take (None: text)
-    standin_for: str | None = None
-
-    @property
-    def chance(self) -> float:
-        """Accuracy in % of a constant guess over balanced classes."""
-        return 100.0 / self.classes
-
-
-DATASET_SPECS: dict[str, DatasetSpec] = {s.name: s for s in (
-    DatasetSpec(name="cifar10", kind="image", classes=10, size=32),
-    DatasetSpec(name="cifar100", kind="image", classes=100, size=32),
-    DatasetSpec(name="imagenette", kind="image", classes=10, size=224),
-    DatasetSpec(name="agnews", kind="text", classes=4),
-    DatasetSpec(name="sentlen", kind="text", classes=6),
-    # stand-ins: what the mini profile trains on instead (lpdl_core.data)
-    DatasetSpec(name="digits", kind="image", classes=10, size=32, standin_for="cifar10"),
-    DatasetSpec(name="digits-224", kind="image", classes=10, size=224, standin_for="imagenette"),
-    DatasetSpec(name="sentlen-standin", kind="text", classes=6, standin_for="sentlen"),
-    DatasetSpec(name="topics-standin", kind="text", classes=4, standin_for="agnews"),
-)}
-
-
-def dataset_spec(name: str) -> DatasetSpec:
-    if name not in DATASET_SPECS:
-        raise ConfigError(f"unknown dataset {name!r}; valid: {', '.join(DATASET_SPECS)}")
-    return DATASET_SPECS[name]
-
-
-PAPER_DATASETS = tuple(n for n, s in DATASET_SPECS.items() if s.standin_for is None)
-# stand-in -> the paper dataset it replaces in the mini profile
-STANDIN_DATASETS = {n: s.standin_for for n, s in DATASET_SPECS.items() if s.standin_for is not None}
-DATASETS = PAPER_DATASETS + tuple(STANDIN_DATASETS)
-IMAGE_DATASETS = tuple(n for n in PAPER_DATASETS if DATASET_SPECS[n].kind == "image")  # the CNNs' datasets
 # model -> the paper datasets it is built for (its spec's, in paper order; a cell of another
 # dataset is refused when the cells are loaded)
 MODEL_DATASETS = {m: tuple(n for n in PAPER_DATASETS if n in MODEL_SPECS[m].datasets) for m in MODEL_SPECS}

@@ -22,12 +22,10 @@ def test_config_imports_no_torch():
 
 
 def test_registries_hold_exactly_the_vocabulary():
-    from lpdl_core.data.registry import LOADERS
     from lpdl_core.decentral import algorithms
     from lpdl_core.models.registry import MODEL_DATASETS
 
     assert all(set(MODEL_DATASETS[m]) <= set(config.IMAGE_DATASETS) for m in config.CNN_MODELS)
-    assert tuple(LOADERS) == config.DATASETS
     assert set(config.STANDIN_DATASETS.values()) <= set(config.PAPER_DATASETS)
     assert tuple(algorithms.REGISTRY) == config.ALGORITHMS
 

@@ -220,7 +220,7 @@ def test_needs_follow_plan_cell_for_every_paper_and_mini_cell():
     assert [(n.kind, n.name) for n in paper if n.kind == "hub"] == [("hub", REPO)]
     mini = pf.needs(cells, "mini")
     assert {n.kind for n in mini} == {"embedded"} and {n.name for n in mini} <= set(STANDIN_DATASETS)
-    assert set(pf.FETCHERS) == set(PAPER_DATASETS) and set(pf.FETCHERS) | set(STANDIN_DATASETS) == set(DATASETS)
+    assert set(PAPER_DATASETS) | set(STANDIN_DATASETS) == set(DATASETS)
 
 
 def test_mini_prefetch_fetches_nothing_and_imports_no_hub_or_vision_stack():

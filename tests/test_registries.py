@@ -411,10 +411,29 @@ def test_switch_regex_catches_the_old_forms():
 
 
 def test_every_dataset_spec_has_a_loader_and_every_loader_a_spec():
-    """One DatasetSpec table (lpdl_core.config) names every dataset; the data registry loads each."""
+    """One DatasetSpec table (lpdl_core.specs.datasets) names every dataset, its loader and its
+    fetcher; each named function exists (a fetcher only where the loader can download), and the
+    facts derived from the specs are theirs."""
+    import inspect
+
     from lpdl_core.config import DATASET_SPECS
-    from lpdl_core.data.registry import LOADERS
-    assert set(LOADERS) == set(DATASET_SPECS)
+    from lpdl_core.data.registry import FETCHING, fetcher, loader
+    from lpdl_core.decentral.partition import KNOWN_CLASS_SIZES
+    from lpdl_core.pipeline.cells.shapes import DATASET_NAMES
+    from lpdl_core.pipeline.workflow.runtime import StepTimes
+
+    for name, spec in DATASET_SPECS.items():
+        load = loader(name)
+        assert callable(load)
+        if spec.fetcher:
+            assert list(inspect.signature(fetcher(name)).parameters) == ["name", "root"]
+        assert (name in FETCHING) == (spec.fetcher is not None)
+        assert (spec.standin_for is None) == bool(spec.display)  # the report names every paper dataset
+    assert KNOWN_CLASS_SIZES == {n: s.class_sizes for n, s in DATASET_SPECS.items() if s.class_sizes}
+    assert DATASET_NAMES == {n: s.display for n, s in DATASET_SPECS.items() if s.display}
+    steps = StepTimes.load(Path(__file__).parents[1] / "config" / "step-times.yaml")
+    assert {n: steps.train_samples[n] for n in ("cifar10", "imagenette", "sentlen")} == \
+        {"cifar10": 50000, "imagenette": 9469, "sentlen": 100000}
     for spec in DATASET_SPECS.values():
         assert spec.kind in ("image", "text") and spec.classes >= 2
         assert (spec.size is None) == (spec.kind == "text")

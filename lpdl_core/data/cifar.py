@@ -183,3 +183,24 @@ def _first_unreadable(folder: Path, files: list[tuple[str, str]]) -> Path | None
         except Exception:
             return folder / f
     return None
+
+
+def load_cifar10(root: str | os.PathLike | None = None, **kw) -> DataSplit:
+    return load_cifar("cifar10", root, **kw)
+
+
+def load_cifar100(root: str | os.PathLike | None = None, **kw) -> DataSplit:
+    return load_cifar("cifar100", root, **kw)
+
+
+def prefetch(name: str, root: Path) -> dict:
+    """Fetch (when missing) and verify CIFAR-10/100 under the data root: what `lpdl prefetch`'s
+    manifest records of it."""
+    spec, base = SPECS[name], root / name
+    files = dict(expected_files(name))
+    present = all((base / spec.folder / f).is_file() for f in files)
+    split = load_cifar(name, root, download=True)
+    archive = base / spec.archive
+    return {"folder": str(base / spec.folder), "archive": str(archive) if archive.is_file() else None,
+            "archive_md5": spec.md5, "url": spec.url, "files_md5": files, "fetched": not present,
+            "train": len(split.y_train), "test": len(split.y_test)}

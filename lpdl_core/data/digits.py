@@ -147,3 +147,15 @@ def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None 
         mean=(m, m, m), std=(sd, sd, sd), augment=augment, image_size=image_size,
         extras={"source": "sklearn.datasets.load_digits", "upsample_factor": k, "seed": seed},
     )
+
+
+def load_digits_32(**kw) -> DataSplit:
+    """The "digits" stand-in (lpdl_core.specs.datasets): CIFAR-10's format and size."""
+    spec = DATASET_SPECS["digits"]
+    return load_digits_standin(standin_for=spec.standin_for, image_size=spec.size, **kw)
+
+
+def load_digits_224(**kw) -> DataSplit:
+    """The "digits-224" stand-in: Imagenette's format and size."""
+    spec = DATASET_SPECS["digits-224"]
+    return load_digits_standin(standin_for=spec.standin_for, image_size=spec.size, **kw)

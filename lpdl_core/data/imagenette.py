@@ -255,3 +255,14 @@ def load_imagenette(root: str | os.PathLike | None = None, download: bool = True
                 "train_resize": train_size, "train_long_side": cap, "train_long_capped": capped,
                 "warnings": tuple(warnings + notes)},
     )
+
+
+def prefetch(name: str, root: Path) -> dict:
+    """Fetch (when missing) and verify Imagenette under the data root: what `lpdl prefetch`'s
+    manifest records of it."""
+    present = (root / FOLDER_NAME / "train").is_dir()
+    folder = ensure_extracted(root, download=True)
+    counts = {split: len(list_split(folder / sub)[0]) for split, sub in (("train", "train"), ("test", "val"))}
+    archive = root / ARCHIVE_NAME
+    return {"folder": str(folder), "archive": str(archive) if archive.is_file() else None,
+            "archive_md5": MD5, "url": URL, "fetched": not present, **counts}

@@ -4,6 +4,7 @@ Python/scikit-learn and are always named as stand-ins."""
 from __future__ import annotations
 
 from dataclasses import replace
+import importlib
 from typing import Callable
 
 from ..config import DATASET_SPECS, DATASETS
@@ -11,66 +12,30 @@ from ..config import PAPER_DATASETS, STANDIN_DATASETS as STANDINS  # noqa: F401 
 from .base import DataSplit, DatasetMissing
 
 
-def _cifar(name: str) -> Callable[..., DataSplit]:
-    from .cifar import load_cifar
-    return lambda **kw: load_cifar(name, **kw)
-
-
-def _imagenette() -> Callable[..., DataSplit]:
-    from .imagenette import load_imagenette
-    return load_imagenette
-
-
-def _agnews() -> Callable[..., DataSplit]:
-    from .agnews import load_agnews
-    return load_agnews
-
-
-def _sentlen() -> Callable[..., DataSplit]:
-    from .sentlen import load_sentlen
-    return load_sentlen
-
-
-def _digits(standin_for: str, image_size: int) -> Callable[..., DataSplit]:
-    from .digits import load_digits_standin
-    return lambda **kw: load_digits_standin(**{"standin_for": standin_for, "image_size": image_size, **kw})
-
-
-def _sentlen_standin() -> Callable[..., DataSplit]:
-    from .standin_text import load_sentlen_standin
-    return load_sentlen_standin
-
-
-def _topics_standin() -> Callable[..., DataSplit]:
-    from .standin_text import load_topics_standin
-    return load_topics_standin
-
-
-# name -> a function returning its loader (one per DATASET_SPECS entry: lpdl_core.config holds each
-# dataset's kind, classes, size and models, torch-free, for the planner too); the loader modules are
-# imported only when asked for, so loading digits never imports torchvision's datasets or the text stack
-LOADERS: dict[str, Callable[[], Callable[..., DataSplit]]] = {
-    "cifar10": lambda: _cifar("cifar10"),
-    "cifar100": lambda: _cifar("cifar100"),
-    "imagenette": _imagenette,
-    "agnews": _agnews,
-    "sentlen": _sentlen,
-    "digits": lambda: _digits("cifar10", DATASET_SPECS["digits"].size),
-    "digits-224": lambda: _digits("imagenette", DATASET_SPECS["digits-224"].size),
-    "sentlen-standin": _sentlen_standin,
-    "topics-standin": _topics_standin,
-}
-
-
-def _loader(name: str) -> Callable[..., DataSplit]:
-    if name not in LOADERS:
+def loader(name: str) -> Callable[..., DataSplit]:
+    """The dataset's loader, named by its spec (lpdl_core.specs.datasets: "module:function" in this
+    package), imported only when asked for: loading digits never imports torchvision's datasets or
+    the text stack."""
+    if name not in DATASET_SPECS:
         raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
-    return LOADERS[name]()
+    return _named(DATASET_SPECS[name].loader)
 
 
-# Loaders that fetch their files when they are missing (they take download=). An offline run
-# passes download=False, so a cluster job never starts a download of its own.
-FETCHING = frozenset({"cifar10", "cifar100", "imagenette"})
+def fetcher(name: str) -> Callable | None:
+    """The dataset's fetcher, named by its spec: (name, data root) -> what the prefetch manifest
+    records; None for a dataset with nothing to download."""
+    path = DATASET_SPECS[name].fetcher
+    return None if path is None else _named(path)
+
+
+def _named(path: str) -> Callable:
+    module, function = path.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+
+
+# Loaders that fetch their files when they are missing (they take download=): the datasets with a
+# fetcher. An offline run passes download=False, so a cluster job never starts a download of its own.
+FETCHING = frozenset(n for n, s in DATASET_SPECS.items() if s.fetcher)
 OFFLINE_HINT = ("This run is offline (lpdl train --offline, as every workflow train job): fetch and verify "
                 "the data first with `lpdl prefetch` or the workflow's download rule, `snakemake download`.")
 
@@ -99,10 +64,10 @@ def _labelled(name: str, split: DataSplit, root) -> DataSplit:
 
 
 def _load(name: str, offline: bool, kwargs: dict) -> DataSplit:
-    loader = _loader(name)
+    load = loader(name)
     if not offline:
-        return loader(**kwargs)
+        return load(**kwargs)
     try:
-        return loader(**kwargs, **({"download": False} if name in FETCHING else {}))
+        return load(**kwargs, **({"download": False} if name in FETCHING else {}))
     except DatasetMissing as e:
         raise DatasetMissing(f"{str(e).rstrip()} {OFFLINE_HINT}") from e

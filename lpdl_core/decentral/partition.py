@@ -12,16 +12,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ..config import DEFAULT_SEED
+from ..config import DATASET_SPECS, DEFAULT_SEED
 
-# Train-split class sizes hard-coded in the official code (CIFAR-100 fixed: the official dict
-# has only 10 entries), in label order. Imagenette: imagenette2 train, sorted-wnid folder order.
-KNOWN_CLASS_SIZES: dict[str, tuple[int, ...]] = {
-    "cifar10": (5000,) * 10,
-    "cifar100": (500,) * 100,
-    "imagenette": (963, 955, 993, 858, 941, 956, 961, 931, 951, 960),
-    "agnews": (30000,) * 4,
-}
+# Train-split class sizes, in label order, of the datasets whose spec gives them (as the official
+# code hard-codes them, CIFAR-100 fixed: the official dict has only 10 entries; Imagenette:
+# imagenette2 train, sorted-wnid folder order): lpdl_core.specs.datasets.
+KNOWN_CLASS_SIZES: dict[str, tuple[int, ...]] = {n: s.class_sizes for n, s in DATASET_SPECS.items()
+                                                 if s.class_sizes is not None}
 
 
 def labels_from_class_sizes(class_sizes: Sequence[int]) -> np.ndarray:

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...specs.algorithms import SPECS as ALGORITHM_SPECS
+from ...specs.datasets import DATASET_SPECS
 from ...specs.models import SPECS as MODEL_SPECS
 from .cell import Cell
 
 MODEL_NAMES = {n: s.display for n, s in MODEL_SPECS.items()}
-DATASET_NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "imagenette": "Imagenette",
-                 "agnews": "AG News", "sentlen": "Sentlen"}
+DATASET_NAMES = {n: s.display for n, s in DATASET_SPECS.items() if s.display}
 TOPOLOGY_NAMES = {"directed-ring": "Directed Ring", "ring": "Ring", "torus": "Torus",
                   "single": "single node", "grid-official": "Grid (official)", "exponential": "Exponential",
                   "complete": "Complete", "time-varying-exponential": "Time-varying exponential",

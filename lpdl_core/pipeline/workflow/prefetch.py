@@ -152,30 +152,6 @@ def _hub(need: Need, root: Path) -> dict:
 
 # ---------------------------------------------------------------- datasets
 
-def _cifar(need: Need, root: Path) -> dict:
-    from ...data.cifar import SPECS, expected_files, load_cifar
-
-    spec, base = SPECS[need.name], root / need.name
-    files = dict(expected_files(need.name))
-    present = all((base / spec.folder / f).is_file() for f in files)
-    split = load_cifar(need.name, root, download=True)
-    archive = base / spec.archive
-    return {"folder": str(base / spec.folder), "archive": str(archive) if archive.is_file() else None,
-            "archive_md5": spec.md5, "url": spec.url, "files_md5": files, "fetched": not present,
-            "train": len(split.y_train), "test": len(split.y_test)}
-
-
-def _imagenette(need: Need, root: Path) -> dict:
-    from ...data import imagenette as inet
-
-    present = (root / inet.FOLDER_NAME / "train").is_dir()
-    folder = inet.ensure_extracted(root, download=True)
-    counts = {split: len(inet.list_split(folder / sub)[0]) for split, sub in (("train", "train"), ("test", "val"))}
-    archive = root / inet.ARCHIVE_NAME
-    return {"folder": str(folder), "archive": str(archive) if archive.is_file() else None,
-            "archive_md5": inet.MD5, "url": inet.URL, "fetched": not present, **counts}
-
-
 def _loaded(need: Need, root: Path) -> dict:
     """A dataset with no download source: its loader, offline, is the verification."""
     from ...data.registry import load_dataset
@@ -187,18 +163,19 @@ def _loaded(need: Need, root: Path) -> dict:
             "train": len(split.y_train), "test": len(split.y_test)}
 
 
-# paper dataset -> how it is fetched and verified
-FETCHERS: dict[str, Callable[[Need, Path], dict]] = {
-    "cifar10": _cifar,
-    "cifar100": _cifar,
-    "imagenette": _imagenette,
-    "agnews": _loaded,
-    "sentlen": _loaded,
-}
+def fetch_dataset(need: Need, root: Path) -> dict:
+    """A paper dataset fetched and verified by the fetcher its spec names (lpdl_core.specs.datasets,
+    "module:function" in lpdl_core.data), or, with none, verified by loading it offline."""
+    from ...data.registry import fetcher
+
+    fetch = fetcher(need.name)
+    return _loaded(need, root) if fetch is None else fetch(need.name, root)
+
+
 # need kind -> (manifest section, how it is fetched and verified)
 KINDS: dict[str, tuple[str, Callable[[Need, Path], dict]]] = {
     "hub": ("hub", _hub),
-    "dataset": ("datasets", lambda need, root: FETCHERS[need.name](need, root)),
+    "dataset": ("datasets", fetch_dataset),
     "embedded": ("embedded", lambda need, root: {"fetched": False}),
 }
 

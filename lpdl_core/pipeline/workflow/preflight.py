@@ -36,7 +36,7 @@ from ...specs.executors import executor_spec
 from ..cells.cell import Cell
 from ..recipe.packing import pack_stacks
 from .jobs import plan_jobs
-from .runtime import PACKED, StepTimes, job_runtime, step_kind
+from .runtime import PACKED, TRAIN_SAMPLES, StepTimes, job_runtime, step_kind
 
 DEVICE_SHARE = 0.9      # of the card's memory a shape may use
 SHAPE_TIMEOUT_S = 900   # seconds one shape may take (lpdl preflight --timeout)
@@ -182,7 +182,9 @@ def measured_times(base: StepTimes, results: Mapping[Shape, Mapping], *, provena
     ref = base.ref_model if base.ref_model in measured else next(iter(measured))
     others = "not measured by this preflight: scaled from " + ref + " by forward MACs per sample"
     return {"ref_model": ref, "ref_nodes": base.ref_nodes, "ref_batch": base.ref_batch, "measured": measured,
-            "macs_per_sample": dict(base.macs_per_sample), "train_samples": dict(base.train_samples),
+            "macs_per_sample": dict(base.macs_per_sample),
+            **({"train_samples": own} if (own := {k: v for k, v in base.train_samples.items()
+                                                  if TRAIN_SAMPLES.get(k) != v}) else {}),
             "eval_share": base.eval_share,
             "provenance": {**{model: provenance for model in measured}, "others": others},
             "host_mb": host,

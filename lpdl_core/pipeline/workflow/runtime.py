@@ -28,10 +28,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from ...config import PRECISIONS
+from ...config import DATASET_SPECS, PRECISIONS
 from ...specs.executors import SPECS
 from ...errors import ConfigError
 from ..cells.cell import Cell
+
+TRAIN_SAMPLES = {n: s.train_samples for n, s in DATASET_SPECS.items() if s.train_samples is not None}
 
 
 
@@ -44,7 +46,8 @@ class StepTimes:
     ref_batch: int
     measured: Mapping[str, Mapping[str, Mapping[str, float]]]   # model -> precision -> executor -> s
     macs_per_sample: Mapping[str, float]
-    train_samples: Mapping[str, int]
+    # dataset -> training-set size: the datasets' specs (lpdl_core.specs.datasets); a file may add or override
+    train_samples: Mapping[str, int] = field(default_factory=lambda: dict(TRAIN_SAMPLES))
     eval_share: float = 0.1
     provenance: Mapping[str, str] = field(default_factory=dict)
     host_mb: Mapping[str, float] = field(default_factory=dict)  # model -> peak host MB (lpdl preflight)
@@ -86,8 +89,11 @@ class StepTimes:
         unknown = set(m) - known
         if unknown:
             raise ConfigError(f"step times: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        fields = {k: v for k, v in m.items() if k != "preflight"}
+        if isinstance(m.get("train_samples"), Mapping):  # a file's sizes add to (or override) the specs'
+            fields["train_samples"] = {**TRAIN_SAMPLES, **m["train_samples"]}
         try:  # preflight: the raw shape measurements of `lpdl preflight`, kept for the reader
-            return cls(**{k: v for k, v in m.items() if k != "preflight"})
+            return cls(**fields)
         except TypeError as e:
             raise ConfigError(f"step times: {e}") from None
 
