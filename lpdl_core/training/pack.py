@@ -35,9 +35,9 @@ from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
-from .schedule import lr_at, lr_at_step
+from .loop import Progress, run_epochs
 from .run_cfg import RunCfg
-from .train import RunResult, epoch_view, run_final_rounds, shared_streams
+from .train import RunResult, run_final_rounds, shared_streams
 
 # RunCfg fields every cell of a pack shares (the rest, the partition and partition_seed, may differ)
 SHARED = ("epochs", "batch_size", "lr", "schedule", "final_gossip_rounds", "final_rounds", "data_on",
@@ -90,6 +90,45 @@ class _Gens:
             g.set_state(s)
 
 
+class Pack:
+    """A pack as the epoch loop drives it (lpdl_core.training.loop.Trainee): the cells' samplers
+    stepped together, each batch augmented with its cell's stream; a cell whose loss is not finite
+    is diverged (its rows go on, NaN, isolated by the mixing), and the pack stops when all are."""
+
+    def __init__(self, sim, samplers, batch, diverged: list, progress, evaluate_live):
+        self.sim, self.samplers, self.batch, self.diverged = sim, samplers, batch, diverged
+        self.progress, self.evaluate_live, self.iters = progress, evaluate_live, samplers[0].iters_per_epoch
+
+    @property
+    def stopped(self) -> bool:
+        return all(d is not None for d in self.diverged)
+
+    def batches(self, epoch: int):
+        for idxs in zip(*(s.epoch(epoch) for s in self.samplers)):
+            yield self.batch(list(idxs))
+
+    def check(self, losses, epoch: int, iteration: int) -> None:
+        finite = torch.isfinite(losses.view(len(self.diverged), -1)).all(1).tolist()
+        for k, ok in enumerate(finite):
+            if self.diverged[k] is None and not ok:
+                self.diverged[k] = {"epoch": epoch, "iteration": iteration}
+                if self.progress is not None:
+                    self.progress({"event": "diverged", "cell": k, "epoch": epoch, "iteration": iteration})
+
+    def epoch_end(self, epoch: int, lr, loss_sum) -> tuple[dict, dict]:
+        """{"rows": [row or None per cell], "diverged": [where or None per cell]}, and the cells' accuracies."""
+        live = [k for k, d in enumerate(self.diverged) if d is None]
+        rows: list[dict | None] = [None] * len(self.diverged)
+        for k, ev in zip(live, self.evaluate_live(live)):
+            r = self.sim.rows_of[k]
+            rows[k] = {"epoch": epoch, "lr": lr, "train_loss": float(loss_sum[r].mean()) / self.iters,
+                       "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
+                       "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
+                       "bytes_per_node": float(self.sim.bytes_sent[r].mean())}
+        return ({"rows": rows, "diverged": list(self.diverged)},
+                {"epoch": epoch, "mean_acc": [None if r is None else r["mean_acc"] for r in rows]})
+
+
 def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list[PackedRun], *,
                optim_cfg: OptimCfg, engine: EngineCfg, progress: Callable[[dict], None] | None = None,
                checkpoint: str | os.PathLike | None = None) -> list[RunResult]:
@@ -133,16 +172,12 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
 
     shared = engine.rng_streams == "shared"
     samplers = [r.run.sampler(p, shared=shared) for p, r in zip(parts, runs)]
-    iters = samplers[0].iters_per_epoch
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
-    K = len(runs)
-    curve: list[dict] = []  # per epoch: {"rows": [row or None per cell], "diverged": [where or None per cell]}
-    diverged: list[dict | None] = [None] * K
-    start_epoch, elapsed_before = 0, 0.0
     fp = fingerprint(identity={"pack": [r.identity for r in runs]},
                      data=f"{split.name} ({len(split.x_train)} training samples)",
                      plans=[fingerprint(identity=None, topology=r.topology, gossip=r.gossip, run=r.run) for r in runs],
                      optim=optim_cfg, layout=sim.layout, architecture=sim.architecture, **shared_streams(engine))
+    state, diverged = Progress(t0=t0), [None] * len(runs)
     ckpt = Checkpoints(checkpoint, sim) if checkpoint is not None else None
     if ckpt is not None:
         resumed = ckpt.resume(fp, run.epochs, sim, gens, progress)
@@ -150,58 +185,19 @@ def train_pack(make_model: Callable[[], nn.Module], split: DataSplit, runs: list
             if ckpt.dirty:
                 sim, gens = fresh()
         else:
-            curve, start_epoch, elapsed_before = resumed
-            diverged = list(curve[-1]["diverged"])
+            state.curve, state.start_epoch, state.elapsed_before = resumed
+            diverged = list(state.curve[-1]["diverged"])
             if progress is not None:
-                progress({"event": "resumed", "epoch": start_epoch, "epochs": run.epochs})
-    for epoch in range(start_epoch, run.epochs):
-        if all(d is not None for d in diverged):
-            break
-        total = run.epochs * iters
-        lr = lr_at(epoch, run.lr, run.schedule) if not run.schedule.per_step else None
-        loss_sum = torch.zeros(sim.x.shape[0], device=dev)
-        for it, idxs in enumerate(zip(*(s.epoch(epoch) for s in samplers))):
-            if run.schedule.per_step:
-                lr = lr_at_step(epoch * iters + it, total, run.lr, run.schedule)
-            xb, yb = batch(list(idxs))
-            sim.keep_premix = run.tests_before_gossip(it, iters)
-            with fused.enabled(engine.fused_quant):
-                losses = sim.train_step(xb, yb, lr)
-            sim.keep_premix = False
-            loss_sum += losses
-            finite = torch.isfinite(losses.view(K, -1)).all(1).tolist()
-            for k in range(K):
-                if diverged[k] is None and not finite[k]:  # its rows go on (NaN), isolated by the mixing
-                    diverged[k] = {"epoch": epoch, "iteration": it}
-                    if progress is not None:
-                        progress({"event": "diverged", "cell": k, "epoch": epoch, "iteration": it})
-            if all(d is not None for d in diverged):
-                break
-            if progress is not None:
-                progress({"event": "step", "epoch": epoch, "iteration": it, "iters_per_epoch": iters})
-        live = [k for k in range(K) if diverged[k] is None]
-        k_eval = run.curve_eval_samples or len(x_te)
-        with epoch_view(sim, run):
-            evs = dict(zip(live, evaluate_cells(sim, live, x_te[:k_eval], y_te[:k_eval].to(dev),
-                                                batch_size=run.test_batch, transform=to_test)))
-        rows: list[dict | None] = [None] * K
-        for k, ev in evs.items():
-            r = sim.rows_of[k]
-            rows[k] = {"epoch": epoch, "lr": lr, "train_loss": float(loss_sum[r].mean()) / iters,
-                       "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
-                       "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
-                       "bytes_per_node": float(sim.bytes_sent[r].mean())}
-        curve.append({"rows": rows, "diverged": list(diverged)})
-        if ckpt is not None:
-            ckpt.save({"fingerprint": fp, "epoch": epoch, "curve": curve, "sim": sim.state_dict(),
-                       "torch_rng": torch.get_rng_state(), "aug_gen": gens.get_state(),
-                       "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
-                       "elapsed": elapsed_before + time.perf_counter() - t0})
-        if progress is not None:
-            progress({"event": "epoch", "epoch": epoch, "epochs": run.epochs,
-                      "mean_acc": [None if r is None else r["mean_acc"] for r in rows]})
+                progress({"event": "resumed", "epoch": state.start_epoch, "epochs": run.epochs})
+    k_eval = run.curve_eval_samples or len(x_te)
+    pack = Pack(sim, samplers, batch, diverged, progress,
+                lambda live: evaluate_cells(sim, live, x_te[:k_eval], y_te[:k_eval].to(dev),
+                                            batch_size=run.test_batch, transform=to_test))
+    run_epochs(sim, run, pack, state, fused_quant=engine.fused_quant, checkpoint=ckpt, fingerprint=fp, aug=gens,
+               progress=progress)
+    curve = state.curve
     return _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te.to(dev), to_test,
-                   elapsed_before + time.perf_counter() - t0, engine)
+                   state.elapsed(), engine)
 
 
 def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_test, elapsed, engine):

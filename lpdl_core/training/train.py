@@ -3,7 +3,6 @@ some epochs with per-epoch evaluation, then the official protocol's optional gos
 Returns plain data; the caller decides what to print or write."""
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import os
@@ -26,19 +25,14 @@ from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
+from .loop import Progress, run_epochs
 from .run_cfg import RunCfg
-from .schedule import lr_at, lr_at_step
 
 
 def shared_streams(engine: EngineCfg) -> dict:
     """The checkpoint fingerprint's part for shared random streams (none for per-node streams, so
     the fingerprints of per-node runs read as before the option existed)."""
     return {"rng_streams": "shared"} if engine.rng_streams == "shared" else {}
-
-
-def epoch_view(sim, run: RunCfg):
-    """Where the epoch's test reads the models: after the last gossip, or before it."""
-    return sim.premix_view() if run.epoch_test == "before-last-gossip" else contextlib.nullcontext()
 
 
 def run_final_rounds(sim, run: RunCfg, iters_per_epoch: int, next_batch: Callable[[], tuple]) -> None:
@@ -73,6 +67,36 @@ class RunResult:
     # Evaluation.as_dict() after training, before the final rounds (None: no final rounds). Its
     # avg_model_acc is what one exact average (an all-reduce) of the trained models would score.
     before_final: dict | None = None
+
+
+class Solo:
+    """One run as the epoch loop drives it (lpdl_core.training.loop.Trainee): its sampler's
+    batches, augmented; diverged when a loss is not finite on any node (every rank agrees)."""
+
+    def __init__(self, sim, run: RunCfg, sampler, batch, to_train, evaluate_now):
+        self.sim, self.run, self.sampler, self.batch, self.to_train = sim, run, sampler, batch, to_train
+        self.evaluate_now, self.iters, self.diverged_at = evaluate_now, sampler.iters_per_epoch, None
+
+    @property
+    def stopped(self) -> bool:
+        return self.diverged_at is not None
+
+    def batches(self, epoch: int):
+        for idx in self.sampler.epoch(epoch):
+            xb, yb = self.batch(idx[self.sim.rows])
+            yield self.to_train(xb), yb
+
+    def check(self, losses, epoch: int, iteration: int) -> None:
+        if not self.sim.all_finite(losses):
+            self.diverged_at = {"epoch": epoch, "iteration": iteration}
+
+    def epoch_end(self, epoch: int, lr, loss_sum) -> tuple[dict, dict]:
+        ev, sim = self.evaluate_now(), self.sim
+        row = {"epoch": epoch, "lr": lr, "train_loss": sim.node_mean(loss_sum) / self.iters,
+               "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
+               "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
+               "bytes_per_node": sim.node_mean(sim.bytes_sent)}
+        return row, row
 
 
 def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: Topology,
@@ -137,13 +161,11 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     to_train = lambda xb: augment_batch(xb, split, train=True, generator=aug_gen, part=part,  # noqa: E731
                                         shared=shared)
     to_test = lambda xb: augment_batch(xb.to(dev), split, train=False)  # noqa: E731
-    curve: list[dict] = []
-    status, diverged_at = "ok", None
-    start_epoch, elapsed_before = 0, 0.0
     # What the checkpoint must match: this run's identity and its whole resolved plan.
     fp = fingerprint(identity=identity, data=f"{split.name} ({len(split.x_train)} training samples)",
                      topology=topology, gossip=gossip, optim=optim_cfg, run=run, layout=sim.layout,
                      architecture=sim.architecture, **shared_streams(engine))
+    state = Progress(t0=t0)
     ckpt = Checkpoints(checkpoint, sim) if checkpoint is not None else None
     if ckpt is not None:
         resumed = ckpt.resume(fp, run.epochs, sim, aug_gen, progress)
@@ -151,46 +173,15 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
             if ckpt.dirty:  # half-restored
                 sim, aug_gen = fresh()
         else:
-            curve, start_epoch, elapsed_before = resumed
+            state.curve, state.start_epoch, state.elapsed_before = resumed
             if progress is not None:
-                progress({"event": "resumed", "epoch": start_epoch, "epochs": run.epochs})
-    for epoch in range(start_epoch, run.epochs):
-        per_step, total = run.schedule.per_step, run.epochs * sampler.iters_per_epoch
-        lr = lr_at(epoch, run.lr, run.schedule) if not per_step else None
-        loss_sum = torch.zeros(sim.x.shape[0], device=dev)
-        for it, idx in enumerate(sampler.epoch(epoch)):
-            if per_step:
-                lr = lr_at_step(epoch * sampler.iters_per_epoch + it, total, run.lr, run.schedule)
-            xb, yb = batch(idx[sim.rows])
-            sim.keep_premix = run.tests_before_gossip(it, sampler.iters_per_epoch)
-            with fused.enabled(engine.fused_quant):
-                losses = sim.train_step(to_train(xb), yb, lr)
-            sim.keep_premix = False
-            loss_sum += losses
-            if not sim.all_finite(losses):
-                status, diverged_at = "diverged", {"epoch": epoch, "iteration": it}
-                break
-            if progress is not None:
-                progress({"event": "step", "epoch": epoch, "iteration": it,
-                          "iters_per_epoch": sampler.iters_per_epoch})
-        if status == "diverged":
-            break
-        k = run.curve_eval_samples or len(x_te)
-        with epoch_view(sim, run):
-            ev = evaluate(sim, x_te[:k], y_te[:k].to(dev), batch_size=run.test_batch, transform=to_test)
-        row = {"epoch": epoch, "lr": lr, "train_loss": sim.node_mean(loss_sum) / sampler.iters_per_epoch,
-               "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
-               "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
-               "bytes_per_node": sim.node_mean(sim.bytes_sent)}
-        curve.append(row)
-        if ckpt is not None:
-            ckpt.save({
-                "fingerprint": fp, "epoch": epoch, "curve": curve, "sim": sim.state_dict(),
-                "torch_rng": torch.get_rng_state(), "aug_gen": aug_gen.get_state(),
-                "cuda_rng": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
-                "elapsed": elapsed_before + time.perf_counter() - t0})
-        if progress is not None:
-            progress({"event": "epoch", **row, "epochs": run.epochs})
+                progress({"event": "resumed", "epoch": state.start_epoch, "epochs": run.epochs})
+    k = run.curve_eval_samples or len(x_te)
+    solo = Solo(sim, run, sampler, batch, to_train,
+                lambda: evaluate(sim, x_te[:k], y_te[:k].to(dev), batch_size=run.test_batch, transform=to_test))
+    run_epochs(sim, run, solo, state, fused_quant=engine.fused_quant, checkpoint=ckpt, fingerprint=fp, aug=aug_gen,
+               progress=progress)
+    curve, (status, diverged_at) = state.curve, (("diverged", solo.diverged_at) if solo.stopped else ("ok", None))
     phase_split = sim.step_splits()  # the training steps' (before the final rounds)
     # the final rounds' batches continue the sampler's stream past the last epoch
     final_batches = itertools.chain.from_iterable(sampler.epoch(e) for e in itertools.count(run.epochs))
@@ -208,6 +199,6 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     if not math.isfinite(final["mean_loss"]) and status == "ok":
         status, diverged_at = "diverged", {"epoch": run.epochs - 1, "iteration": None}
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,
-                     bytes_per_node=sim.node_mean(sim.bytes_sent), partition=hist,
-                     wall_time_s=elapsed_before + time.perf_counter() - t0, executor=engine.executor,
-                     device=str(dev), diverged_at=diverged_at, step_split=phase_split, before_final=before_final)
+                     bytes_per_node=sim.node_mean(sim.bytes_sent), partition=hist, wall_time_s=state.elapsed(),
+                     executor=engine.executor, device=str(dev), diverged_at=diverged_at, step_split=phase_split,
+                     before_final=before_final)

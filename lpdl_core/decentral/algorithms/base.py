@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ...config import ALGORITHMS, FIDELITY_CHOICES
+from ...specs.algorithms import SPECS as ALGORITHM_SPECS
 from ..compress import CompressorCfg
 
 
@@ -66,9 +67,10 @@ class GossipCfg:
             raise ValueError(f"gossip.algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if not 0.0 <= self.eta <= 1.0:
             raise ValueError(f"gossip.eta must be in [0, 1], got {self.eta}")
-        if self.algorithm == "dpsgd" and not self.compressor.is_identity:
-            raise ValueError("gossip.algorithm 'dpsgd' sends full models; use 'ds' or 'choco' "
-                             "for a compressed exchange (compressor must be identity)")
+        if ALGORITHM_SPECS[self.algorithm].uncompressed and not self.compressor.is_identity:
+            raise ValueError(f"gossip.algorithm {self.algorithm!r} sends uncompressed messages "
+                             f"(lpdl_core.specs.algorithms): compressor must be identity; use 'ds' or 'choco' "
+                             "for a compressed exchange")
         if not 0.0 <= self.adagossip_beta < 1.0:
             raise ValueError(f"gossip.adagossip_beta must be in [0, 1), got {self.adagossip_beta}")
         if not 0.0 < self.adagossip_eps < float("inf"):
@@ -77,9 +79,9 @@ class GossipCfg:
             raise ValueError(f"gossip.gut_scaling must be >= 0 and finite, got {self.gut_scaling}")
         if not 0.0 <= self.gut_momentum < 1.0:
             raise ValueError(f"gossip.gut_momentum must be in [0, 1), got {self.gut_momentum}")
-        if self.algorithm == "gut" and (self.eta != 1.0 or not self.compressor.is_identity):
-            raise ValueError("gossip.algorithm 'gut' sends uncompressed updates at the official "
-                             f"averaging rate (eta must be 1 and compressor identity, got eta {self.eta})")
+        if self.algorithm == "gut" and self.eta != 1.0:
+            raise ValueError("gossip.algorithm 'gut' tracks its updates at the official averaging rate "
+                             f"(eta must be 1, got eta {self.eta})")
         for name in ("choco_form", "choco_replicas"):  # the fidelity options' values, declared once
             if getattr(self, name) not in FIDELITY_CHOICES[name]:
                 raise ValueError(f"gossip.{name} must be one of {', '.join(FIDELITY_CHOICES[name])}, "

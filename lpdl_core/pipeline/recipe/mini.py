@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
-from ...specs.compressors import SPARSIFIERS
 from ..cells.cell import columns
 
 IMAGE_SIZE = 8
@@ -145,16 +144,10 @@ def protocol(cell) -> dict:
             "warmup_fraction": m.warmup_fraction}
 
 
-def uncompressed(cell) -> bool:
-    """The cell's messages are exact: the identity compressor, or top-k / random-k dropping 0 %
-    (QSGD and min-max quantize at any setting)."""
-    return cell.compressor == "identity" or (cell.compressor in SPARSIFIERS and cell.compression == 0)
-
-
 def gossip_kind(cell) -> str:
     """The gossip a cell's run computes: "dpsgd" where DS or CHOCO reduce to D-PSGD/SGP exactly
     (exact messages, eta = 1), else the cell's algorithm."""
-    if cell.algorithm in ("ds", "choco", "dpsgd") and uncompressed(cell) and cell.eta == 1.0:
+    if cell.algorithm in ("ds", "choco", "dpsgd") and cell.exact_messages and cell.eta == 1.0:
         return "dpsgd"
     return cell.algorithm
 
