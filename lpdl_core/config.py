@@ -24,6 +24,8 @@ from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
 from .specs.models import CNN_MODELS, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
 # the fidelity options' values (the paper's first, the official code's second), re-exported
 from .specs.fidelity import FIDELITY_CHOICES  # noqa: F401
+# the communication graphs (a cell's topology), re-exported: lpdl_core.specs.graphs
+from .specs.graphs import GRAPHS  # noqa: F401
 # the datasets and their mini stand-ins (kind, classes, loader, fetcher, class sizes), re-exported
 from .specs.datasets import (DATA_KINDS, DATASET_SPECS, DATASETS, IMAGE_DATASETS, PAPER_DATASETS,  # noqa: F401
                              STANDIN_DATASETS, DatasetSpec, dataset_spec)
@@ -39,8 +41,6 @@ PRECISIONS = ("fp32", "int8")          # full precision; 8-bit weights, activati
 MODEL_DATASETS = {m: tuple(n for n in PAPER_DATASETS if n in MODEL_SPECS[m].datasets) for m in MODEL_SPECS}
 MODELS = CNN_MODELS + TEXT_MODELS      # the paper's models (each has a mini stand-in)
 NORMS = ("evonorm", "range-evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")
-GRAPHS = ("directed-ring", "ring", "torus", "grid-official", "exponential", "complete",
-          "time-varying-exponential", "random-directed")
 MOMENTA = ("nesterov", "heavy-ball", "none", "qgm", "adam")
 OPTIMIZERS = ("sgd", "adam")
 SCHEDULES = ("resnet", "vgg", "multistep", "constant", "cosine")

@@ -147,18 +147,17 @@ def _sign_apply(x, out, u, cfg):
 
 def test_a_toy_compressor_and_graph_added_through_the_checklist_plan_and_train(monkeypatch):
     """docs/extending.md's checklists, followed in a temporary registry and nowhere else: a graph is
-    its name in config.GRAPHS and its peers in topology.REGISTRY; a compressor is its spec
+    its spec (specs/graphs.py) and its peers in topology.REGISTRY; a compressor is its spec
     (specs/compressors.py) and its kernels' REGISTRY entry (decentral/compress.py; a packed wire
     format, for the one-process-per-node executor only, is not needed here, and without one that
     executor refuses it in one line). A cell with each is valid, has an id, plans and trains one
     epoch on the mini data."""
-    from lpdl_core import config
     from lpdl_core.decentral import compress, topology, wire
-    from lpdl_core.specs import compressors as compressor_specs
+    from lpdl_core.specs import compressors as compressor_specs, graphs as graph_specs
 
     with pytest.raises(Exception, match="star"):
         replace(BASE, topology="star")
-    monkeypatch.setattr(config, "GRAPHS", (*config.GRAPHS, "star"))
+    monkeypatch.setitem(graph_specs.SPECS, "star", graph_specs.GraphSpec(name="star", display="Star"))
     monkeypatch.setitem(topology.REGISTRY, "star", topology.Graph(_star))
     monkeypatch.setitem(compressor_specs.SPECS, "sign",
                         compressor_specs.CompressorSpec(name="sign", cell_id="sign"))

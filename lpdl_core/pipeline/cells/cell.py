@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ... import config
 from ...config import MAX_SEED, MODEL_DATASETS, TABLES, TEXT_MODELS, UNCOMPRESSED_ALGORITHMS
 from ...specs.compressors import SPARSIFIERS, SPECS as COMPRESSOR_SPECS
+from ...specs.graphs import SINGLE, SPECS as GRAPH_SPECS
 from ...errors import ConfigError
 from . import column_roles
 from .column_roles import column
@@ -23,8 +24,6 @@ CELL_MOMENTA = ("nesterov", "qgm", "none")   # the paper's: local Nesterov SGD, 
 NLP_MODELS = TEXT_MODELS
 FP_NORMS = ("evonorm", "range-evonorm-fp", "range-bn", "bn", "gn")  # as lpdl_core.quant.norms.make_norm
 LP_NORMS = ("range-evonorm", "range-bn")
-TOPO_SHORT = {"directed-ring": "dring", "grid-official": "grid", "time-varying-exponential": "tvexp",
-              "random-directed": "rdir", "exponential": "exp"}
 
 
 class CellError(ConfigError):
@@ -39,7 +38,7 @@ class CellError(ConfigError):
 def valid_names() -> dict[str, tuple[str, ...]]:
     """column -> its valid values, all from the torch-free vocabulary (lpdl_core.config), read when a
     cell is checked: a name added there (a graph, an algorithm) is a valid cell value."""
-    return dict(topology=config.GRAPHS + ("single",), algorithm=config.ALGORITHMS + ("none",),
+    return dict(topology=tuple(GRAPH_SPECS) + (SINGLE,), algorithm=config.ALGORITHMS + ("none",),
                 dataset=config.PAPER_DATASETS, model=config.MODELS, norm=config.NORMS + ("none",),
                 lr_schedule=config.SCHEDULES, precision=config.PRECISIONS, momentum=CELL_MOMENTA,
                 optimizer=config.OPTIMIZERS)
@@ -231,8 +230,7 @@ class Cell:
         The dataset is named unless it is CIFAR-10; momentum is added when it is QGM and the norm
         for Figure 1 (their only varying axes)."""
         table = "t" + self.table.removeprefix("table") if self.table.startswith("table") else self.table
-        topo = TOPO_SHORT.get(self.topology, self.topology)
-        topo = "single" if topo == "single" else f"{topo}{self.nodes}"
+        topo = SINGLE if self.topology == SINGLE else f"{GRAPH_SPECS[self.topology].short}{self.nodes}"
         parts = [table] + ([self.dataset] if self.dataset != "cifar10" else []) + [
             self.model, topo, self._compression_id(), self._partition_id(), self.algorithm, self.precision]
         if self.momentum == "qgm":

@@ -9,15 +9,13 @@ from typing import Callable
 
 from ...specs.algorithms import SPECS as ALGORITHM_SPECS
 from ...specs.datasets import DATASET_SPECS
+from ...specs.graphs import SINGLE, SPECS as GRAPH_SPECS
 from ...specs.models import SPECS as MODEL_SPECS
 from .cell import Cell
 
 MODEL_NAMES = {n: s.display for n, s in MODEL_SPECS.items()}
 DATASET_NAMES = {n: s.display for n, s in DATASET_SPECS.items() if s.display}
-TOPOLOGY_NAMES = {"directed-ring": "Directed Ring", "ring": "Ring", "torus": "Torus",
-                  "single": "single node", "grid-official": "Grid (official)", "exponential": "Exponential",
-                  "complete": "Complete", "time-varying-exponential": "Time-varying exponential",
-                  "random-directed": "Random directed"}
+TOPOLOGY_NAMES = {**{n: s.display for n, s in GRAPH_SPECS.items()}, SINGLE: "single node"}
 NORM_NAMES = {"bn": "BatchNorm", "gn": "GroupNorm", "evonorm": "EvoNorm-S0",
               "range-evonorm": "Range EvoNorm", "range-bn": "Range BatchNorm",
               "range-evonorm-fp": "Range EvoNorm (FP)"}
