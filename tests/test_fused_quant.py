@@ -180,4 +180,7 @@ def test_the_settings_refuse_fused_quant_with_compile_and_reach_the_train_comman
     assert build_parser().parse_args(["bench", "--fused-quant"]).fused_quant is True
     with pytest.raises(ValueError, match="needs --warmup >= 1"):
         bench_step(fused_quant=True, warmup=0)
-    assert "--fused-quant" in open("workflow/scripts/train.py").read()
+    # the workflow's train job passes its config's options as lpdl train's flags (tests/test_run_options.py)
+    from lpdl_core.run_options import RunOptions
+    assert "--fused-quant" in RunOptions.from_config({**cfg, "fused_quant": True}).argv()
+    assert "options.argv()" in open("workflow/scripts/train.py").read()

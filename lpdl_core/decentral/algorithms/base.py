@@ -68,9 +68,9 @@ class GossipCfg:
         if not 0.0 <= self.eta <= 1.0:
             raise ValueError(f"gossip.eta must be in [0, 1], got {self.eta}")
         if ALGORITHM_SPECS[self.algorithm].uncompressed and not self.compressor.is_identity:
-            raise ValueError(f"gossip.algorithm {self.algorithm!r} sends uncompressed messages "
-                             f"(lpdl_core.specs.algorithms): compressor must be identity; use 'ds' or 'choco' "
-                             "for a compressed exchange")
+            raise ValueError(f"gossip.algorithm {self.algorithm!r} sends uncompressed messages, so it takes "
+                             "compressor identity (lpdl_core.specs.algorithms); use 'ds' or 'choco' for a "
+                             "compressed exchange")
         if not 0.0 <= self.adagossip_beta < 1.0:
             raise ValueError(f"gossip.adagossip_beta must be in [0, 1), got {self.adagossip_beta}")
         if not 0.0 < self.adagossip_eps < float("inf"):
