@@ -93,9 +93,11 @@ def test_post_deploy_finds_the_checkout_from_a_subfolder(tmp_path):
 def test_project_layout():
     """The agreed top level: workflow/, lpdl_core/, envs/ (the rules' conda environments), results/,
     report/, a root Snakefile (which Snakemake reads first: the DAG's targets, including the rules
-    under workflow/rules/) and environment.yml. Profiles only under workflow/profiles (the root's
-    `slurm` is a link into it, so `snakemake --profile slurm` works at the root), config/README.md,
-    a .test config, and the paper cells as package data."""
+    under workflow/rules/) and environment.yml. Profiles only under workflow/profiles: the root's
+    `slurm` is a link into it, so `snakemake --profile slurm` works at the root, and so is the
+    root's `profiles`, where Snakemake looks for the workflow profile beside a root Snakefile
+    (profiles/default; test_workflow checks it is loaded). config/README.md, a .test config, and
+    the paper cells as package data."""
     rules = {f"workflow/rules/{p.name}" for p in (ROOT / "workflow/rules").glob("*.smk")}
     assert set(re.findall(r'^include:\s*"([^"]+)"', (ROOT / "Snakefile").read_text(), re.M)) == rules
     assert not (ROOT / "workflow/Snakefile").exists()
@@ -105,8 +107,8 @@ def test_project_layout():
     profiles = ROOT / "workflow/profiles"
     assert {p.name for p in profiles.iterdir()} >= {"default", "slurm", "local", "slurm-test"}
     assert (ROOT / "slurm").is_symlink() and (ROOT / "slurm").resolve() == profiles / "slurm"
-    for stray in ("profiles", "local"):
-        assert not (ROOT / stray).exists(), stray
+    assert (ROOT / "profiles").is_symlink() and (ROOT / "profiles").resolve() == profiles
+    assert not (ROOT / "local").exists()
     assert (ROOT / "config/README.md").is_file()
     assert yaml.safe_load((ROOT / ".test/config/config.yaml").read_text())["paper_dir"] == "config/cells"
     pkg = PYPROJECT["tool"]["setuptools"]["package-data"]["lpdl_core.pipeline"]

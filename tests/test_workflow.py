@@ -33,6 +33,8 @@ def _smk(cwd, *args, timeout=600, **kw):
 def test_dry_run_has_every_paper_cell():
     p = _smk(ROOT, "-n", "--forceall", "--nolock", "--quiet", "rules")
     assert p.returncode == 0, p.stderr[-2000:]
+    # Snakemake found the workflow profile (rerun triggers, rerun-incomplete) beside the root Snakefile
+    assert "Using workflow specific profile profiles/default" in p.stdout + p.stderr
     counts = {l.split()[0]: int(l.split()[1]) for l in p.stdout.splitlines() if l[:1].isalpha() and len(l.split()) == 2
               and l.split()[1].isdigit()}
     train = {k: v for k, v in counts.items() if k.startswith("train_")}
