@@ -146,7 +146,6 @@ def launch_ranks(a, todo) -> int:
     (lpdl_core.cli.ranklog). A failure is one line naming the rank, how to resume and the
     log; exit status 1 for a failed rank (2 if it gave its own lpdl error), 128 + the signal
     (130: Ctrl-C) when interrupted."""
-    import os
     import shutil
     import time
 

@@ -152,11 +152,14 @@ def load_digits_standin(*, standin_for: str = "cifar10", image_size: int | None 
 def load_digits_32(**kw) -> DataSplit:
     """The "digits" stand-in (lpdl_core.specs.datasets): CIFAR-10's format and size (unless kw say
     otherwise, as the mini profile's plans do)."""
-    spec = DATASET_SPECS["digits"]
-    return load_digits_standin(**{"standin_for": spec.standin_for, "image_size": spec.size, **kw})
+    return _as_spec("digits", kw)
 
 
 def load_digits_224(**kw) -> DataSplit:
     """The "digits-224" stand-in: Imagenette's format and size."""
-    spec = DATASET_SPECS["digits-224"]
+    return _as_spec("digits-224", kw)
+
+
+def _as_spec(name: str, kw: dict) -> DataSplit:
+    spec = DATASET_SPECS[name]
     return load_digits_standin(**{"standin_for": spec.standin_for, "image_size": spec.size, **kw})

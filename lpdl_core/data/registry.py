@@ -4,11 +4,11 @@ Python/scikit-learn and are always named as stand-ins."""
 from __future__ import annotations
 
 from dataclasses import replace
-import importlib
 from typing import Callable
 
 from ..config import DATASET_SPECS, DATASETS
 from ..config import PAPER_DATASETS, STANDIN_DATASETS as STANDINS  # noqa: F401 (lpdl_core.data re-exports them)
+from ..specs import named
 from .base import DataSplit, DatasetMissing
 
 
@@ -18,19 +18,14 @@ def loader(name: str) -> Callable[..., DataSplit]:
     the text stack."""
     if name not in DATASET_SPECS:
         raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
-    return _named(DATASET_SPECS[name].loader)
+    return named(__package__, DATASET_SPECS[name].loader)
 
 
 def fetcher(name: str) -> Callable | None:
     """The dataset's fetcher, named by its spec: (name, data root) -> what the prefetch manifest
     records; None for a dataset with nothing to download."""
     path = DATASET_SPECS[name].fetcher
-    return None if path is None else _named(path)
-
-
-def _named(path: str) -> Callable:
-    module, function = path.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    return None if path is None else named(__package__, path)
 
 
 # Loaders that fetch their files when they are missing (they take download=): the datasets with a

@@ -6,13 +6,13 @@ paper).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Callable
 
 import torch
 from torch import nn
 
 from ..config import CNN_MODELS as MODELS, DATASET_SPECS, MODEL_DATASETS, PRECISIONS
+from ..specs import named
 from ..specs.models import SPECS as MODEL_SPECS
 from ..quant.quantizer import QuantCfg
 
@@ -22,8 +22,7 @@ PAPER_TABLE1 = {n: MODEL_SPECS[n].paper_params for n in MODELS}  # the parameter
 def builder(name: str) -> Callable[..., nn.Module]:
     """The CNN's builder named by its spec ("module:function" in lpdl_core.models), taking
     dataset=, num_classes=, precision=, norm=, qcfg=."""
-    module, function = MODEL_SPECS[name].builder.split(":")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    return named(__package__, MODEL_SPECS[name].builder)
 
 
 def _dataset(name: str, dataset: str | None) -> str:

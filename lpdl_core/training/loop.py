@@ -62,6 +62,13 @@ class Progress:
         return self.elapsed_before + time.perf_counter() - self.t0
 
 
+def curve_row(epoch: int, lr: float | None, train_loss: float, ev, bytes_per_node: float) -> dict:
+    """One epoch's row of a run's curve (curve.csv), from its evaluation `ev` (engine.Evaluation)."""
+    return {"epoch": epoch, "lr": lr, "train_loss": train_loss, "mean_acc": ev.mean_acc,
+            "avg_model_acc": ev.avg_model_acc, "consensus_distance": ev.consensus_distance,
+            "test_loss": ev.mean_loss, "bytes_per_node": bytes_per_node}
+
+
 def epoch_view(sim, run: RunCfg):
     """Where the epoch's test reads the models: after the last gossip, or before it."""
     return sim.premix_view() if run.epoch_test == "before-last-gossip" else contextlib.nullcontext()

@@ -35,7 +35,7 @@ from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
-from .loop import Progress, run_epochs
+from .loop import Progress, curve_row, run_epochs
 from .run_cfg import RunCfg
 from .train import RunResult, run_final_rounds, shared_streams
 
@@ -121,10 +121,8 @@ class Pack:
         rows: list[dict | None] = [None] * len(self.diverged)
         for k, ev in zip(live, self.evaluate_live(live)):
             r = self.sim.rows_of[k]
-            rows[k] = {"epoch": epoch, "lr": lr, "train_loss": float(loss_sum[r].mean()) / self.iters,
-                       "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
-                       "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
-                       "bytes_per_node": float(self.sim.bytes_sent[r].mean())}
+            rows[k] = curve_row(epoch, lr, float(loss_sum[r].mean()) / self.iters, ev,
+                                float(self.sim.bytes_sent[r].mean()))
         return ({"rows": rows, "diverged": list(self.diverged)},
                 {"epoch": epoch, "mean_acc": [None if r is None else r["mean_acc"] for r in rows]})
 

@@ -25,7 +25,7 @@ from ..decentral.topology import Topology
 from ..quant import fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
-from .loop import Progress, run_epochs
+from .loop import Progress, curve_row, run_epochs
 from .run_cfg import RunCfg
 
 
@@ -92,10 +92,7 @@ class Solo:
 
     def epoch_end(self, epoch: int, lr, loss_sum) -> tuple[dict, dict]:
         ev, sim = self.evaluate_now(), self.sim
-        row = {"epoch": epoch, "lr": lr, "train_loss": sim.node_mean(loss_sum) / self.iters,
-               "mean_acc": ev.mean_acc, "avg_model_acc": ev.avg_model_acc,
-               "consensus_distance": ev.consensus_distance, "test_loss": ev.mean_loss,
-               "bytes_per_node": sim.node_mean(sim.bytes_sent)}
+        row = curve_row(epoch, lr, sim.node_mean(loss_sum) / self.iters, ev, sim.node_mean(sim.bytes_sent))
         return row, row
 
 

@@ -181,10 +181,9 @@ def measured_times(base: StepTimes, results: Mapping[Shape, Mapping], *, provena
             host[shape.model] = round(max(m["peak_rss_mb"], host.get(shape.model, 0.0)), 1)
     ref = base.ref_model if base.ref_model in measured else next(iter(measured))
     others = "not measured by this preflight: scaled from " + ref + " by forward MACs per sample"
+    own = {k: v for k, v in base.train_samples.items() if TRAIN_SAMPLES.get(k) != v}  # beyond the specs'
     return {"ref_model": ref, "ref_nodes": base.ref_nodes, "ref_batch": base.ref_batch, "measured": measured,
-            "macs_per_sample": dict(base.macs_per_sample),
-            **({"train_samples": own} if (own := {k: v for k, v in base.train_samples.items()
-                                                  if TRAIN_SAMPLES.get(k) != v}) else {}),
+            "macs_per_sample": dict(base.macs_per_sample), **({"train_samples": own} if own else {}),
             "eval_share": base.eval_share,
             "provenance": {**{model: provenance for model in measured}, "others": others},
             "host_mb": host,

@@ -89,11 +89,11 @@ class StepTimes:
         unknown = set(m) - known
         if unknown:
             raise ConfigError(f"step times: unknown keys {sorted(unknown)}; known: {sorted(known)}")
-        fields = {k: v for k, v in m.items() if k != "preflight"}
+        kw = {k: v for k, v in m.items() if k != "preflight"}
         if isinstance(m.get("train_samples"), Mapping):  # a file's sizes add to (or override) the specs'
-            fields["train_samples"] = {**TRAIN_SAMPLES, **m["train_samples"]}
+            kw["train_samples"] = {**TRAIN_SAMPLES, **m["train_samples"]}
         try:  # preflight: the raw shape measurements of `lpdl preflight`, kept for the reader
-            return cls(**fields)
+            return cls(**kw)
         except TypeError as e:
             raise ConfigError(f"step times: {e}") from None
 
