@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 from lpdl_core.errors import LpdlError
-from lpdl_core.report.build import build_report
 
 sm = snakemake  # noqa: F821  (injected by Snakemake)
 with open(sm.log[0], "w") as log:
@@ -13,7 +12,9 @@ with open(sm.log[0], "w") as log:
         print(line, file=log, flush=True)
 
     cfg = sm.config
-    try:
+    try:  # the import too: a Ctrl-C while pandas and matplotlib load is the same one line
+        from lpdl_core.report.build import build_report
+
         # no paper tables (tables: []): the extension grids alone
         build_report(Path(sm.input.runs).parent if cfg["tables"] else None, Path(sm.output.html).parent,
                      paper_dir=cfg["paper_dir"],
