@@ -23,7 +23,7 @@ from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
 # the paper's models (CNNs and the text model) and the CNNs' mini stand-ins, re-exported
 from .specs.models import CNN_MODELS, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
 # the fidelity options' values (the paper's first, the official code's second), re-exported
-from .specs.fidelity import FIDELITY_CHOICES  # noqa: F401
+from .specs.fidelity import BEFORE as FIDELITY_BEFORE, FIDELITY_CHOICES, ROUNDING_ONLY  # noqa: F401
 # the communication graphs (a cell's topology), re-exported: lpdl_core.specs.graphs
 from .specs.graphs import GRAPHS  # noqa: F401
 # the datasets and their mini stand-ins (kind, classes, loader, fetcher, class sizes), re-exported
@@ -122,6 +122,11 @@ class Fidelity:
     rng_streams: "per-node" (each node its own random streams) | "shared" (official: every rank
         seeds torch identically, so all nodes share their shards' local index order, crop and flip
         draws, 8-bit rounding noise and dropout masks).
+    int8_arithmetic: "integer" (the paper's GEMMLOWP integer quantization: 8-bit convolutions and
+        linears as exact integer products where an exact int8 kernel exists, lpdl_core.quant.integer;
+        elsewhere fake, said once) | "fake" (official: simulated in float32). The two differ only by
+        float rounding, so it is not part of a run's identity or mode (ROUNDING_ONLY); each run
+        records the arithmetic it took.
     """
 
     quant_ranges: str = "buffers"
@@ -138,6 +143,7 @@ class Fidelity:
     final_trailing_forward: bool = False
     test_batch: int = 1024
     rng_streams: str = "per-node"
+    int8_arithmetic: str = "integer"
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -200,8 +206,24 @@ class Fidelity:
 
 def fidelity_mode(values: Mapping[str, Any]) -> str:
     """The preset whose options are exactly `values` ("paper", "official"), else "mixed" (also for
-    a recorded run whose options lpdl no longer knows)."""
-    return next((name for name, preset in FIDELITY_PRESETS.items() if preset == dict(values)), "mixed")
+    a recorded run whose options lpdl no longer knows). Options that change only float rounding
+    (ROUNDING_ONLY) do not count."""
+    def defining(v: Mapping[str, Any]) -> dict:
+        return {k: x for k, x in v.items() if k not in ROUNDING_ONLY}
+    return next((name for name, preset in FIDELITY_PRESETS.items() if defining(preset) == defining(values)),
+                "mixed")
+
+
+def identity_fidelity(values: Mapping[str, Any]) -> dict:
+    """The fidelity part of a run's identity: every option (a recorded run's missing ones at their
+    default), less those that change only float rounding (ROUNDING_ONLY)."""
+    return {k: v for k, v in {**Fidelity().as_dict(), **values}.items() if k not in ROUNDING_ONLY}
+
+
+def recorded_fidelity(values: Mapping[str, Any]) -> dict:
+    """A run's recorded options, completed: an option it does not record did not exist when it
+    ran, so it ran with the value of before (FIDELITY_BEFORE) or, where that is the default, the default."""
+    return {**Fidelity().as_dict(), **FIDELITY_BEFORE, **values}
 
 
 def results_name(profile: str, fidelity: Fidelity) -> str:

@@ -19,21 +19,11 @@ from .args import (
     timeout_seconds,
     unit_arg,
 )
+from ..config import FIDELITY_CHOICES
 from .data_commands import add_data_commands
 from .library_commands import cmd_bench, cmd_demo, cmd_models, cmd_partition, cmd_topology
-from .pipeline_commands import (
-    cmd_aggregate,
-    cmd_cells,
-    cmd_cost,
-    cmd_partition_figures,
-    cmd_prefetch,
-    cmd_report,
-    cmd_plan,
-    cmd_status,
-    cmd_targets,
-    cmd_timing,
-    cmd_unlock,
-)
+from .pipeline_commands import (cmd_aggregate, cmd_cells, cmd_cost, cmd_partition_figures, cmd_plan, cmd_prefetch,
+                                cmd_report, cmd_status, cmd_targets, cmd_timing, cmd_unlock)
 from .train import cmd_train
 
 
@@ -158,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fused-quant", action="store_true",
                    help="the eager steps with the 8-bit quantizer chains as fused compiled kernels "
                         "(needs --warmup >= 1: the first step compiles them)")
+    b.add_argument("--int8-arithmetic", choices=FIDELITY_CHOICES["int8_arithmetic"], default="fake",
+                   help="8-bit layers' arithmetic (integer: exact int8 products where an exact kernel exists)")
     b.add_argument("--pack", type=count_arg(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
     b.add_argument("--out", type=path_arg, help=also_json)

@@ -18,18 +18,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import traced
+from . import arithmetic, fused, integer, traced
 from .params import OwnRangeParams
-from . import fused
-from .quantizer import QuantCfg, eager_apply, own_range_quant, quantize, quantize_grad
+from .quantizer import QuantCfg, eager_apply, own_range_quant, quant_scale, quantize, quantize_grad
 
 
 class QuantMeasure(nn.Module):
     """Quantizes activations to `bits` over a measured range (official `QuantMeasure`).
 
     Training: range = batch mean of per-sample min and max; running range updated as
-    running = momentum·running + (1 − momentum)·batch. Eval: the running range.
+    running = momentum·running + (1 − momentum)·batch. Eval: the running range. With
+    int8_arithmetic "integer", `grid` keeps the last call's (x_min, s) for the layer's integer product.
     """
+
+    grid: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __init__(self, qcfg: QuantCfg):
         super().__init__()
@@ -51,7 +53,8 @@ class QuantMeasure(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q = self.qcfg
-        if self.training and fused.active():  # the range, its running update and Q(x): one kernel
+        keep_grid = arithmetic.will_be_integer(q.int8_arithmetic, q.bits, q.grad_bits, x)
+        if self.training and fused.active() and not keep_grid:  # range, running update, Q(x): one kernel
             return fused.measured(x, self.running_min, self.running_max, q.bits, q.act_rounding, q.momentum)
         if self.training:
             with torch.no_grad():
@@ -69,6 +72,8 @@ class QuantMeasure(nn.Module):
         else:
             x_min, x_max = self.running_min, self.running_max
             rounding = self.qcfg.eval_rounding
+        if keep_grid:
+            self.grid = (x_min.detach(), quant_scale(x_min.detach(), x_max.detach(), q.bits))
         return quantize(x, self.qcfg.bits, rounding, x_min, x_max)
 
 
@@ -167,8 +172,14 @@ class QConv2d(_QuantizedOperands, nn.Conv2d):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qx, qw, qb = self.quantized_operands(x)
+        q = self.qcfg
+        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
+        if kernel is not None:  # exact integer products (lpdl_core.quant.integer)
+            m_x, s_x = self.quantize_input.grid
+            return integer.IntConv.apply(kernel, qx, m_x, s_x, qw, qb, self.stride, self.padding, self.dilation,
+                                         self.groups, q.grad_bits, q.grad_rounding)
         return _conv_apply(qx, qw, qb, self.stride, self.padding, self.dilation,
-                           self.groups, self.qcfg.grad_bits, self.qcfg.grad_rounding)
+                           self.groups, q.grad_bits, q.grad_rounding)
 
 
 class QLinear(_QuantizedOperands, nn.Linear):
@@ -181,7 +192,12 @@ class QLinear(_QuantizedOperands, nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         qx, qw, qb = self.quantized_operands(x)
-        return _linear_apply(qx, qw, qb, self.qcfg.grad_bits, self.qcfg.grad_rounding)
+        q = self.qcfg
+        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
+        if kernel is not None:
+            m_x, s_x = self.quantize_input.grid
+            return integer.IntLinear.apply(kernel, qx, m_x, s_x, qw, qb, q.grad_bits, q.grad_rounding)
+        return _linear_apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
 
 
 class Add(nn.Module):

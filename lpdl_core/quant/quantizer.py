@@ -41,6 +41,9 @@ class QuantCfg:
         gossiped, compressed or counted); True reproduces the official code, where they are
         nn.Parameters(requires_grad=False) and therefore gossiped and sparsified.
     momentum: running-range update, running = momentum·running + (1 − momentum)·batch (official 0.1).
+    int8_arithmetic: "fake" (float32 simulation, the library default: no run's arithmetic changes
+        unasked) | "integer" (exact integer products where a kernel exists, lpdl_core.quant.integer;
+        the paper-text fidelity asks for it).
     """
 
     bits: int = 8
@@ -50,6 +53,7 @@ class QuantCfg:
     eval_rounding: str = "nearest"
     measure_as_parameters: bool = False
     momentum: float = 0.1
+    int8_arithmetic: str = "fake"      # one of ARITHMETICS
 
     def __post_init__(self) -> None:
         for name in ("bits", "grad_bits"):
@@ -59,6 +63,9 @@ class QuantCfg:
         for name in ("act_rounding", "grad_rounding", "eval_rounding"):
             if getattr(self, name) not in ROUNDINGS:
                 raise ValueError(f"quant.{name} must be one of {ROUNDINGS}, got {getattr(self, name)!r}")
+        if self.int8_arithmetic not in FIDELITY_CHOICES["int8_arithmetic"]:
+            raise ValueError(f"quant.int8_arithmetic must be one of {FIDELITY_CHOICES['int8_arithmetic']}, "
+                             f"got {self.int8_arithmetic!r}")
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"quant.momentum must be in [0, 1), got {self.momentum}")
 

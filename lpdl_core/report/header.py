@@ -121,6 +121,7 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
     statuses = Counter(summary["status"]) if len(summary) else Counter()
     seeds = sorted({int(s) for s in runs["seed"]})
     shas = Counter(str(s) for s in runs["git_sha"].dropna())
+    int8 = [v for v in runs["int8_arithmetic"] if not _blank(v)] if "int8_arithmetic" in runs else []
     facts = [
         ("profile", data.profile),
         ("cells with results", f"{done} of {total} ({statuses.get('ok', 0)} ok, "
@@ -137,6 +138,8 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
         ("python / torch", _counted(f"{p} / {t}" for p, t in zip(runs["python"], runs["torch"]))),
         ("devices", _counted(f"{d} ({n})" for d, n in zip(runs["device"], runs["device_name"]))),
         ("executor", _counted(runs["executor"])),
+        # what the 8-bit runs' layers computed: the integer products, or fake quantization (and why)
+        ("8-bit arithmetic", _counted(int8) if int8 else "no 8-bit runs"),
         ("total compute time (sum of run wall times, a pack's once)", _hms(compute_seconds(computed))),
         *fidelity_lines(runs),
         ("report generated", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -61,6 +61,11 @@ OPTIONS: dict[str, dict[Any, str]] = {
         1024: "test batch 1024",
         64: "test batch 64 (official code)",
     },
+    "int8_arithmetic": {
+        "integer": "8-bit convolutions and linears as exact integer products where this machine has "
+                   "an exact int8 kernel (the paper's GEMMLOWP integer quantization)",
+        "fake": "8-bit arithmetic simulated in float32 (official code)",
+    },
     "rng_streams": {
         "per-node": "each node draws its own random streams",
         "shared": "all nodes share one random stream (official code)",
@@ -68,3 +73,10 @@ OPTIONS: dict[str, dict[Any, str]] = {
 }
 # option -> its allowed values, in that order
 FIDELITY_CHOICES: dict[str, tuple[Any, ...]] = {k: tuple(v) for k, v in OPTIONS.items()}
+
+# Options that change a run's numbers only by float rounding (as the executor does): they are not
+# part of a run's identity or of the fidelity mode, so a finished run is kept when they change;
+# each run records what it took (metrics.json `int8_arithmetic`).
+ROUNDING_ONLY: tuple[str, ...] = ("int8_arithmetic",)
+# The value a run recorded before the option existed ran with, where that is not the default.
+BEFORE: dict[str, Any] = {"int8_arithmetic": "fake"}

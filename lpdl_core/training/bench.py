@@ -28,7 +28,7 @@ from ..decentral.engine import EngineCfg, Simulator
 from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.topology import Topology
 from ..models.registry import build_model, input_size
-from ..quant import fused
+from ..quant import arithmetic, fused
 from ..quant.params import ParamQuant
 from ..quant.quantizer import QuantCfg
 from .opcount import step_op_counts
@@ -65,7 +65,8 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                warmup: int = 2, executor: str = DEFAULT_EXECUTOR, device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = PRECISIONS,
                compression: float = 0.0, compile: bool = False, compile_mode: str = "auto", pack: int = 1,
-               fused_quant: bool = False, progress: Callable[[dict], None] | None = None) -> dict:
+               fused_quant: bool = False, int8_arithmetic: str = "fake",
+               progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
     compile: also time each precision's step compiled as one graph (engine.compile, batched
@@ -76,6 +77,9 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     compile_mode: torch.compile's mode for the compiled steps (auto: CUDA graphs on CUDA).
     fused_quant: the eager steps with the 8-bit quantizer chains as fused kernels
         (engine.fused_quant, lpdl_core.quant.fused); their compilation happens in the warmup steps.
+    int8_arithmetic: the 8-bit layers' arithmetic ("fake", float32 simulation; "integer", exact
+        integer products where this machine has an exact int8 kernel, lpdl_core.quant.integer);
+        `int8_arithmetic_taken` says what the LP steps' layer calls took.
     pack: time a pack of that many cells of `nodes` nodes each (engine/packed.py: one stacked
     state, block-diagonal mixing) instead of one cell; the medians are of the whole pack's step,
     and `per_cell_median_s` divides by the cells.
@@ -91,7 +95,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
                  "compression": compression, "steps": steps, "warmup": warmup, "executor": executor,
                  "compile": compile, "pack": pack, "interleaved": True,
-                 "fused_quant": fused_quant,
+                 "fused_quant": fused_quant, "int8_arithmetic": int8_arithmetic,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
     why = incompatible(RunOptions(executor=executor, compile=compile, fused_quant=fused_quant, pack_size=pack))
@@ -116,7 +120,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     gen = torch.Generator().manual_seed(0)
     variants = [(p, c) for p in precisions for c in ((False, True) if compile else (False,))]
     for precision, compiled in variants:
-        qcfg = QuantCfg() if precision == "int8" else None
+        qcfg = QuantCfg(int8_arithmetic=int8_arithmetic) if precision == "int8" else None
         report({"event": "build", "precision": precision + (" compiled" if compiled else "")})
         make = lambda precision=precision, qcfg=qcfg: build_model(model, precision=precision, dataset=dataset,
                                                                 qcfg=qcfg)
@@ -132,6 +136,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         times[precision, compiled] = []
     sim = next(iter(sims.values()))
     rows = nodes * pack
+    arithmetic.reset()
     x = torch.randn(rows, batch, 3, size, size, generator=gen).to(sim.device)
     y = torch.randint(0, 10, (rows, batch), generator=gen).to(sim.device)
     for i in range(warmup + steps):
@@ -148,6 +153,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         report({"event": "step", "step": i + 1, "total": warmup + steps, "warmup": i < warmup,
                 "seconds": seconds})
     out["device"] = str(sim.device) if sim.device.type == "cpu" else torch.cuda.get_device_name(sim.device)
+    out["int8_arithmetic_taken"] = arithmetic.taken()
     for (precision, compiled), ts in times.items():
         summary = {"median_s": statistics.median(ts), "min_s": min(ts), "mean_s": statistics.fmean(ts),
                    "per_node_median_s": statistics.median(ts) / rows, "per_cell_median_s": statistics.median(ts) / pack}

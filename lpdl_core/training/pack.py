@@ -32,7 +32,7 @@ from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms
 from ..decentral.topology import Topology
-from ..quant import fused
+from ..quant import arithmetic, fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .loop import Progress, curve_row, run_epochs
@@ -221,6 +221,6 @@ def _finish(sim, runs, samplers, batch, curve, diverged, hists, x_te, y_te, to_t
             status=status, epochs_done=len(rows), curve=rows, final=final,
             bytes_per_node=float(sim.bytes_sent[sim.rows_of[k]].mean()), partition=hists[k],
             wall_time_s=elapsed, executor=engine.executor, device=str(sim.device), diverged_at=where,
-            before_final=before[k].as_dict() if k in before else None))
+            before_final=before[k].as_dict() if k in before else None, int8_arithmetic=arithmetic.taken()))
     return results
 

@@ -22,7 +22,7 @@ from ..decentral.engine import EngineCfg, NodeProcess, Simulator, evaluate
 from ..decentral.optim import OptimCfg
 from ..decentral.partition import histograms
 from ..decentral.topology import Topology
-from ..quant import fused
+from ..quant import arithmetic, fused
 from ..quant.params import ParamQuant
 from .checkpoint import Checkpoints, fingerprint
 from .loop import Progress, curve_row, run_epochs
@@ -67,6 +67,8 @@ class RunResult:
     # Evaluation.as_dict() after training, before the final rounds (None: no final rounds). Its
     # avg_model_acc is what one exact average (an all-reduce) of the trained models would score.
     before_final: dict | None = None
+    # the arithmetic its 8-bit layers took (lpdl_core.quant.arithmetic.taken; '' in an FP run)
+    int8_arithmetic: str = ""
 
 
 class Solo:
@@ -198,4 +200,4 @@ def train(make_model: Callable[[], nn.Module], split: DataSplit, *, topology: To
     return RunResult(status=status, epochs_done=len(curve), curve=curve, final=final,
                      bytes_per_node=sim.node_mean(sim.bytes_sent), partition=hist, wall_time_s=state.elapsed(),
                      executor=engine.executor, device=str(dev), diverged_at=diverged_at, step_split=phase_split,
-                     before_final=before_final)
+                     before_final=before_final, int8_arithmetic=arithmetic.taken())

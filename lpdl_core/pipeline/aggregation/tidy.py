@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from ...config import FIDELITY_CHOICES, Fidelity, fidelity_mode
+from ...config import FIDELITY_CHOICES, fidelity_mode, recorded_fidelity
 from ...errors import CorruptFile, RunMismatch
 from ..cells.cell import Cell, columns
 from ..run.results import CURVE_COLUMNS
@@ -35,8 +35,8 @@ RUN_COLUMNS = ("cell_id", *CELL_COLUMNS, "paper", "profile", "data", "seed", "st
                "mean_acc", "avg_model_acc", "consensus_distance", "test_loss", "node_acc_min", "node_acc_max",
                "before_final_mean_acc", "before_final_avg_model_acc", "before_final_consensus_distance",
                "mb_per_node", "wall_time_s", "num_classes", "chance", "same_run_as", "packed_with", "ran_on", "mapping",
-               "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "device", *PROVENANCE,
-               "problem", "run_key", "metrics_sha256")
+               "fidelity_mode", *(f"fidelity_{k}" for k in FIDELITY_CHOICES), "executor", "int8_arithmetic", "device",
+               *PROVENANCE, "problem", "run_key", "metrics_sha256")
 RUNS_FILE, CURVES_FILE = "runs.csv", "curves.csv"
 REAL_DATA = "real"   # runs.csv's `data` for a run on the real data (else the identity's, e.g. "rehearsal")
 
@@ -73,7 +73,7 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
     before = m.get("before_final") if isinstance(m.get("before_final"), dict) else {}
     node = [a for a in (final.get("node_acc") or ()) if a is not None]
     classes = classes or m.get("num_classes")
-    fid = {**Fidelity().as_dict(), **cfg.get("fidelity", {})}
+    fid = recorded_fidelity(cfg.get("fidelity", {}))
     return {
         "cell_id": cell.cell_id, **{k: getattr(cell, k) for k in CELL_COLUMNS},
         "paper": cell.paper_acc, "profile": profile, "seed": seed, "status": m.get("status", "ok"),
@@ -96,6 +96,8 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         "fidelity_mode": fidelity_mode(fid),
         **{f"fidelity_{k}": v for k, v in fid.items()},
         "executor": m.get("executor", cfg.get("executor")), "device": m.get("device"),
+        # the arithmetic its 8-bit layers took ('' in an FP run; a run from before it was recorded: fake)
+        "int8_arithmetic": m.get("int8_arithmetic", "fake" if cell.precision != "fp32" else ""),
         **{k: prov.get(k) for k in PROVENANCE},
     }
 

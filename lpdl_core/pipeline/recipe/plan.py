@@ -48,7 +48,8 @@ def text_checkpoint(dataset: str, data_root) -> str | None:
 def quant_cfg(fidelity: Fidelity) -> QuantCfg:
     """The 8-bit layers' settings a fidelity asks for."""
     return QuantCfg(measure_as_parameters=fidelity.quant_ranges == "gossiped",
-                    act_rounding=fidelity.act_rounding, eval_rounding=fidelity.act_rounding)
+                    act_rounding=fidelity.act_rounding, eval_rounding=fidelity.act_rounding,
+                    int8_arithmetic=fidelity.int8_arithmetic)
 
 
 @dataclass(frozen=True, kw_only=True)

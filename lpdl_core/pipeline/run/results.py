@@ -56,6 +56,8 @@ def save_run(result, out_dir: str | os.PathLike, *, config: Mapping, class_names
         metrics["before_final"] = result.before_final
     if getattr(result, "step_split", None):  # distributed: each rank's seconds per step by phase
         metrics["step_split"] = list(result.step_split)
+    if getattr(result, "int8_arithmetic", ""):  # what its 8-bit layers took (lpdl_core.quant.arithmetic)
+        metrics["int8_arithmetic"] = result.int8_arithmetic
     if class_names:
         metrics["num_classes"] = len(class_names)  # chance = 100 / num_classes ("did not learn")
     if identity is not None:

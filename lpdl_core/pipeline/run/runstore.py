@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Mapping
 
-from ...config import Fidelity
+from ...config import Fidelity, identity_fidelity
 from ...decentral.partition import DIRICHLET_EPOCH
 from ..cells.cell import Cell, columns
 from ..cells.tables import EXTENSION_DEFAULTS
@@ -66,7 +66,7 @@ def run_identity(cell, *, profile: str, seed: int, fidelity: Fidelity | Mapping,
     ident = {"cell_id": cell.cell_id if hasattr(cell, "cell_id") else fields["cell_id"],
              "seed": int(seed), "profile": profile,
              "cell": _defining(fields, NOT_IDENTITY + ("cell_id",)),
-             "fidelity": {**Fidelity().as_dict(), **fid}}
+             "fidelity": identity_fidelity(fid)}
     own = identity_part(fields.get("algorithm", ""), fields.get("momentum", ""))
     if own is not None:  # GUT / QG-GUTm: the μ, β and optimizer the momentum column selects
         ident["own_momentum"] = own
@@ -102,7 +102,7 @@ def identity_of(metrics: Mapping) -> dict:
                  "cell": _defining(cfg.get("cell", {}), NOT_IDENTITY),
                  "fidelity": cfg.get("fidelity", {})}
     # options added to Fidelity later did not exist then: those runs used the default
-    ident["fidelity"] = {**Fidelity().as_dict(), **ident.get("fidelity", {})}
+    ident["fidelity"] = identity_fidelity(ident.get("fidelity", {}))
     return _plain(ident)
 
 

@@ -1,0 +1,81 @@
+"""Which arithmetic an 8-bit layer call takes (fidelity `int8_arithmetic`), and the record of it.
+
+`integer` asks for exact integer products (lpdl_core.quant.integer) where an exact kernel exists
+for the tensor's device (int8_kernels.backend_for); a call falls back to `fake` (float32
+simulation, the same values up to float rounding) where none exists, under torch.func transforms
+(the batched executor's vmap: the integer kernels have no batching rule) and while torch.compile
+traces (the compiled step's traced operators are float32). Each fallback reason is said once per
+process on stderr; `taken()` tells what the calls of a run took, for its metrics.json.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import torch
+
+from ..config import FIDELITY_CHOICES
+from . import traced
+from .int8_kernels import backend_for
+
+ARITHMETICS = FIDELITY_CHOICES["int8_arithmetic"]
+INTEGER_BITS = 8  # the integer kernels hold one byte per operand
+
+_calls: Counter = Counter()   # path -> layer calls that took it, since reset()
+_said: set[str] = set()
+
+
+def reset() -> None:
+    """Start a run's record."""
+    _calls.clear()
+
+
+def _fake(why: str) -> None:
+    _calls[f"fake ({why})"] += 1
+    if why not in _said:
+        _said.add(why)
+        print(f"lpdl: int8_arithmetic integer: {why}; these 8-bit layers compute fake quantization "
+              f"(the same values up to float rounding)", file=sys.stderr, flush=True)
+
+
+def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> tuple[str | None, str]:
+    """(the kernel backend, '') or (None, why fake)."""
+    if requested != "integer":
+        return None, ""
+    if bits != INTEGER_BITS or grad_bits != INTEGER_BITS:
+        return None, f"{bits}-bit operands and {grad_bits}-bit gradients (integer kernels are 8-bit)"
+    if torch._C._are_functorch_transforms_active():
+        return None, "the batched executor's vmap (no batching rule for the integer kernels)"
+    if traced.active() or torch.compiler.is_compiling():
+        return None, "a compiled step (its traced 8-bit operators are float32)"
+    name, why = backend_for(x.device)
+    return name, "" if name else why
+
+
+def will_be_integer(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> bool:
+    """Whether a layer call with these settings on x takes the integer path (nothing recorded):
+    its input quantizer then keeps the grid the integer product needs."""
+    return _choice(requested, bits, grad_bits, x)[0] is not None
+
+
+def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> str | None:
+    """The integer kernel backend this layer call uses, or None for the fake path (recorded)."""
+    name, why = _choice(requested, bits, grad_bits, x)
+    if name is not None:
+        _calls[f"integer ({name})"] += 1
+    elif why:
+        _fake(why)
+    else:
+        _calls["fake"] += 1
+    return name
+
+
+def taken() -> str:
+    """What the 8-bit layer calls since reset() took: one path ('integer (onednn)', 'fake', or
+    'fake (why)'), or each with its share; '' when no 8-bit layer ran (an FP run)."""
+    total = sum(_calls.values())
+    if not total:
+        return ""
+    if len(_calls) == 1:
+        return next(iter(_calls))
+    return "; ".join(f"{path}: {100 * n / total:.0f}% of calls" for path, n in _calls.most_common())

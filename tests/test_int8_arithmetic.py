@@ -1,0 +1,275 @@
+"""int8_arithmetic "integer": exact integer products equal to fake quantization up to float rounding.
+
+Every check compares against float64 arithmetic on the same 8-bit operands, with a bound derived
+from the operands' magnitudes (`_bound`): float32 accumulates each term with a relative error of
+at most a few ulps per operation, and the fake path's float32 convolution of K products at most
+K ulps of the sum of their magnitudes. An offset or border term computed wrong is off by the size
+of that term, orders of magnitude above the bound (test_the_bound_sees_a_missing_border_term).
+
+The integer kernels run here through `int_mm` (torch._int_mm, the CUDA path's code, exact on any
+CPU), and `onednn` on operands every x86 ISA computes exactly (weights within 7 bits: without
+VNNI, oneDNN adds u8·s8 pairs in saturating int16).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lpdl_core.config import Fidelity, fidelity_mode, identity_fidelity, recorded_fidelity
+from lpdl_core.quant import arithmetic, int8_kernels, integer
+from lpdl_core.quant.layers import QConv2d, QLinear
+from lpdl_core.quant.quantizer import QuantCfg, fake_quant
+
+EPS = torch.finfo(torch.float32).eps
+
+
+def _q(t: torch.Tensor) -> torch.Tensor:
+    """t on its own 8-bit grid (a quantized weight, bias or gradient)."""
+    return fake_quant(t, 8, "nearest")
+
+
+def _bound(terms: list[torch.Tensor], k: int, products: torch.Tensor) -> torch.Tensor:
+    """|integer − float64| and |fake − float64| ≤ 8 ε Σ|term| + 2 K ε Σ|a·b|.
+
+    The integer path: an exact product, then three float32 terms (each a few roundings) that
+    cancel to the result, so its error is a few ulps of the largest term. With v = s·q + m on each
+    grid, |s q| ≤ |v| + |m|, and |m| ≤ max|v| for an own-range tensor, so every term is at most
+    op(|a| + |m_a|, |b| + max|b|) (`_spread`), passed in `terms` with the result. The fake path:
+    float32 sums of K products, at most K ulps of Σ|a·b|."""
+    return 8 * EPS * sum(t.abs() for t in terms) + 2 * k * EPS * products
+
+
+CONVS = [  # (B, C, O, H, kernel, stride, padding, dilation, groups)
+    pytest.param(4, 8, 8, 9, 3, 1, 1, 1, 1, id="3x3-pad1"),
+    pytest.param(4, 8, 16, 9, 3, 2, 1, 1, 1, id="3x3-stride2"),
+    pytest.param(3, 8, 8, 8, 1, 2, 0, 1, 1, id="1x1-stride2-nopad"),
+    pytest.param(2, 4, 8, 10, 3, 1, 0, 1, 1, id="3x3-nopad"),
+    pytest.param(2, 8, 8, 7, 3, 1, 1, 1, 4, id="grouped"),
+    pytest.param(2, 6, 6, 7, 3, 2, 2, 2, 6, id="depthwise-dilated"),
+    pytest.param(2, 16, 16, 8, 3, 1, 1, 1, 2, id="grouped-as-batched"),  # 2 nodes' convs as one
+]
+
+
+def _operands(b, c, o, h, k, groups, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, c, h, h, generator=g) + 0.5  # an offset range: m_x far from 0
+    lo, hi = x.min(), x.max()
+    return fake_quant(x, 8, "nearest", lo, hi), lo, (hi - lo) / 255, _q(torch.randn(o, c // groups, k, k,
+                                                                                       generator=g))
+
+
+@pytest.mark.parametrize("backend", ["int_mm", "onednn"])
+def test_kernels_are_exact(backend):
+    g = torch.Generator().manual_seed(1)
+    w_hi = 128 if backend == "int_mm" else 64  # onednn: the range exact on every x86 ISA
+    kern = int8_kernels.KERNELS[backend]
+    a = torch.randint(0, 256, (3, 8, 9, 9), dtype=torch.uint8, generator=g)
+    for stride, pad, dil, groups in [((1, 1), (1, 1), (1, 1), 1), ((2, 2), (1, 1), (1, 1), 1),
+                                     ((2, 1), (2, 1), (2, 1), 4), ((1, 1), (0, 0), (1, 1), 8)]:
+        w = torch.randint(-w_hi, w_hi, (8, 8 // groups, 3, 3), dtype=torch.int8, generator=g)
+        got = kern.conv(a, w, stride, pad, dil, groups).double()
+        assert torch.equal(got, F.conv2d(a.double(), w.double(), None, stride, pad, dil, groups))
+    a2 = torch.randint(0, 256, (5, 40), dtype=torch.uint8, generator=g)
+    b2 = torch.randint(-w_hi, w_hi, (40, 6), dtype=torch.int8, generator=g)
+    assert torch.equal(kern.mm(a2, b2).double(), a2.double() @ b2.double())
+
+
+def test_the_probe_rejects_a_saturating_kernel(monkeypatch):
+    """oneDNN without VNNI sums u8·s8 pairs in saturating int16: the worst-case probe must see it."""
+    def saturating_mm(a, b):
+        pairs = (a.double().view(a.shape[0], -1, 2, 1) * b.double().view(1, -1, 2, b.shape[1])).sum(2)
+        return pairs.clamp(-32768, 32767).sum(1).float()
+
+    exact_conv = int8_kernels.KERNELS["int_mm"].conv
+    monkeypatch.setitem(int8_kernels.KERNELS, "saturating", int8_kernels.Kernel(saturating_mm, exact_conv))
+    assert int8_kernels.exact("int_mm") and not int8_kernels.exact("saturating")
+
+
+def test_backend_for_picks_only_an_exact_kernel():
+    name, why = int8_kernels.backend_for("cpu")
+    assert (name == "onednn") == int8_kernels.exact("onednn", "cpu")
+    assert name is not None or "VNNI" in why
+
+
+def _within(got: torch.Tensor, fake: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor) -> float:
+    """The larger of |integer − ref| / bound and |fake − ref| / bound (≤ 1: both within the bound;
+    where the bound is 0, an output no product reaches, both must be exactly 0)."""
+    bound = bound.clamp_min(1e-300)
+    return max(float(((got.double() - ref).abs() / bound).max()), float(((fake.double() - ref).abs() / bound).max()))
+
+
+def _check_conv(y, x, m_x, w, b, conf) -> float:
+    """A forward result against float64 on the same 8-bit operands (and the fake float32 one)."""
+    ref = F.conv2d(x.double(), w.double(), None if b is None else b.double(), *conf)
+    k = w.shape[1] * w.shape[2] * w.shape[3]
+    spread = F.conv2d(x.double().abs() + float(m_x.abs().max()), w.double().abs() + float(w.abs().max()), None, *conf)
+    terms = [ref, 3 * spread] + ([] if b is None else [b.double().abs().view(1, -1, 1, 1)])
+    bound = _bound(terms, k, F.conv2d(x.double().abs(), w.double().abs(), None, *conf))
+    return _within(y, F.conv2d(x, w, b, *conf), ref, bound)
+
+
+def _check_conv_grad(gx, g, w, in_shape, conf) -> float:
+    """A layer gradient against float64 on the same 8-bit g and W (and the fake float32 one)."""
+    ref = torch.nn.grad.conv2d_input(in_shape, w.double(), g.double(), *conf)
+    prod = torch.nn.grad.conv2d_input(in_shape, w.double().abs(), g.double().abs(), *conf)
+    spread = torch.nn.grad.conv2d_input(in_shape, w.double().abs() + float(w.abs().max()),
+                                        g.double().abs() + float(g.abs().max()), *conf)
+    bound = _bound([ref, 3 * spread], w.shape[0] // conf[3] * w.shape[2] * w.shape[3], prod)
+    return _within(gx, torch.nn.grad.conv2d_input(in_shape, w, g, *conf), ref, bound)
+
+
+def _check_linear(y, x, m_x, w, b) -> float:
+    ref = F.linear(x.double(), w.double(), None if b is None else b.double())
+    prod = F.linear(x.double().abs(), w.double().abs())
+    spread = F.linear(x.double().abs() + float(m_x.abs().max()), w.double().abs() + float(w.abs().max()))
+    terms = [ref, 3 * spread] + ([] if b is None else [b.double().abs()])
+    return _within(y, F.linear(x, w, b), ref, _bound(terms, w.shape[1], prod))
+
+
+def _check_linear_grad(gx, g, w) -> float:
+    ref, prod = g.double() @ w.double(), g.double().abs() @ w.double().abs()
+    spread = (g.double().abs() + float(g.abs().max())) @ (w.double().abs() + float(w.abs().max()))
+    return _within(gx, g @ w, ref, _bound([ref, 3 * spread], w.shape[0], prod))
+
+
+@pytest.mark.parametrize("b,c,o,h,k,stride,pad,dil,groups", CONVS)
+def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, dil, groups):
+    qx, m_x, s_x, qw = _operands(b, c, o, h, k, groups)
+    qb = _q(torch.randn(o))
+    conf = ((stride,) * 2, (pad,) * 2, (dil,) * 2, groups)
+    y = integer.conv2d("int_mm", qx, m_x, s_x, qw, qb, *conf)
+    assert _check_conv(y, qx, m_x, qw, qb, conf) <= 1
+    gy = _q(torch.randn_like(y))
+    gx = integer.conv2d_input_grad("int_mm", gy, qw, qx.shape, *conf)
+    assert gx.shape == qx.shape and _check_conv_grad(gx, gy, qw, qx.shape, conf) <= 1
+
+
+def test_the_bound_sees_a_missing_border_term():
+    """Taking the padded zeros as grid zeros (q = 0, i.e. value m_x) is off by m_x·W at the border."""
+    qx, m_x, _, qw = _operands(2, 8, 8, 9, 3, 1)
+    conf = ((1, 1), (1, 1), (1, 1), 1)
+    wrong = F.conv2d(F.pad(qx, (1, 1, 1, 1), value=float(m_x)), qw)
+    assert _check_conv(wrong, qx, m_x, qw, None, conf) > 1
+
+
+@pytest.mark.parametrize("shape", [(6, 40), (3, 5, 48)], ids=["linear", "distilbert-like-3d"])
+def test_linear_forward_and_layer_gradient_equal_fake(shape):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(*shape, generator=g) - 0.3
+    lo, hi = x.min(), x.max()
+    qx = fake_quant(x, 8, "nearest", lo, hi)
+    qw, qb = _q(torch.randn(12, shape[-1], generator=g)), _q(torch.randn(12, generator=g))
+    assert _check_linear(integer.linear("int_mm", qx, lo, (hi - lo) / 255, qw, qb), qx, lo, qw, qb) <= 1
+    gy = _q(torch.randn(*shape[:-1], 12, generator=g))
+    assert _check_linear_grad(integer.linear_input_grad("int_mm", gy, qw), gy, qw) <= 1
+
+
+def _two_layer(kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    q = QuantCfg(int8_arithmetic=kind, grad_rounding="nearest")
+    return QConv2d(8, 16, 3, padding=1, stride=2, bias=True, qcfg=q), QLinear(16, 5, qcfg=q)
+
+
+def test_layers_take_the_integer_path_and_match_fake(monkeypatch):
+    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    out = {}
+    for kind in ("integer", "fake"):
+        conv, lin = _two_layer(kind)
+        x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3), requires_grad=True)
+        arithmetic.reset()
+        y = lin(conv(x).mean((2, 3)))
+        y.square().sum().backward()
+        out[kind] = (y.detach(), x.grad, conv.weight.grad, arithmetic.taken())
+    assert out["integer"][3] == "integer (int_mm)" and out["fake"][3] == "fake"
+    for a, b in zip(out["integer"][:3], out["fake"][:3]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+
+
+def test_without_a_kernel_integer_is_fake_bitwise_with_one_notice(monkeypatch, capsys):
+    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: (None, "no exact int8 kernel (test)"))
+    monkeypatch.setattr(arithmetic, "_said", set())
+    ys = {}
+    for kind in ("integer", "fake"):
+        conv, lin = _two_layer(kind)
+        x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3))
+        arithmetic.reset()
+        ys[kind] = lin(conv(x).mean((2, 3))) + lin(conv(x).mean((2, 3)))
+        taken = arithmetic.taken()
+    assert torch.equal(ys["integer"], ys["fake"])
+    err = capsys.readouterr().err
+    assert err.count("no exact int8 kernel (test)") == 1 and taken == "fake"
+
+
+def test_vmap_falls_back_to_fake(monkeypatch):
+    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    arithmetic.reset()
+    x = torch.randn(2, 3)
+    torch.func.vmap(lambda r: arithmetic.backend("integer", 8, 8, r) or r)(x)
+    assert arithmetic.taken().startswith("fake (the batched executor's vmap")
+
+
+def test_fidelity_defaults_and_identity():
+    assert Fidelity().int8_arithmetic == "integer" and Fidelity.preset("official").int8_arithmetic == "fake"
+    # a rounding-only option: not in a run's identity, not in its mode
+    assert "int8_arithmetic" not in identity_fidelity({"int8_arithmetic": "fake"})
+    assert fidelity_mode({**Fidelity().as_dict(), "int8_arithmetic": "fake"}) == "paper"
+    assert fidelity_mode({**Fidelity.preset("official").as_dict(), "int8_arithmetic": "integer"}) == "official"
+    # a run recorded before the option existed computed fake
+    assert recorded_fidelity({})["int8_arithmetic"] == "fake"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet20", "vgg11"])
+def test_twenty_training_steps_every_layer_call_equals_fake(name, monkeypatch):
+    """20 SGD steps of the full 8-bit network (nearest rounding) on the integer path: every
+    quantized layer call, forward and layer gradient, within the bound of its own operands.
+
+    The layers are checked call by call because over a whole network a last-bit difference can
+    flip an 8-bit rounding decision downstream (one grid step), so two whole runs drift apart as
+    two CPUs' runs do; the loss of each step is checked against the fake model's from the same
+    state, within 2^-6 (flipped decisions move a few values by 1/255 of their range each)."""
+    from lpdl_core.models.registry import build_model
+
+    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    worst = {"conv": 0.0, "conv_grad": 0.0, "linear": 0.0, "linear_grad": 0.0}
+
+    def checked(kind, real, check):
+        def call(backend, *args):
+            out = real(backend, *args)
+            worst[kind] = max(worst[kind], check(out, *args))
+            return out
+        return call
+
+    monkeypatch.setattr(integer, "conv2d", checked("conv", integer.conv2d, lambda y, x, m, s, w, b, *conf:
+                                                   _check_conv(y, x, m, w, b, conf)))
+    monkeypatch.setattr(integer, "conv2d_input_grad", checked("conv_grad", integer.conv2d_input_grad,
+                                                              _check_conv_grad_args))
+    monkeypatch.setattr(integer, "linear", checked("linear", integer.linear, lambda y, x, m, s, w, b:
+                                                   _check_linear(y, x, m, w, b)))
+    monkeypatch.setattr(integer, "linear_input_grad", checked("linear_grad", integer.linear_input_grad,
+                                                              _check_linear_grad))
+    torch.manual_seed(0)
+    models = {k: build_model(name, precision="int8", qcfg=QuantCfg(int8_arithmetic=k, grad_rounding="nearest"))
+              for k in ("fake", "integer")}
+    for m in models.values():  # the two models would draw different dropout masks
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
+    opt = torch.optim.SGD(models["integer"].parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    arithmetic.reset()
+    for _ in range(20):
+        x, y = torch.randn(2, 3, 32, 32, generator=g), torch.randint(0, 10, (2,), generator=g)
+        models["fake"].load_state_dict(models["integer"].state_dict())
+        losses = {k: F.cross_entropy(m(x), y) for k, m in models.items()}
+        opt.zero_grad()
+        losses["integer"].backward()
+        opt.step()
+        torch.testing.assert_close(losses["integer"], losses["fake"], rtol=2.0 ** -6, atol=0)
+    assert "integer (int_mm): 50% of calls" in arithmetic.taken()  # the fake model's calls are the rest
+    assert all(0 < v <= 1 for v in worst.values()), worst
+
+
+def _check_conv_grad_args(gx, g, w, in_shape, *conf):
+    return _check_conv_grad(gx, g, w, in_shape, conf)
