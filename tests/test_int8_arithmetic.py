@@ -273,3 +273,21 @@ def test_twenty_training_steps_every_layer_call_equals_fake(name, monkeypatch):
 
 def _check_conv_grad_args(gx, g, w, in_shape, *conf):
     return _check_conv_grad(gx, g, w, in_shape, conf)
+
+
+def test_the_train_jobs_params_leave_out_rounding_only_options():
+    """A job's params define its runs: int8_arithmetic is not among them (changing it, or lpdl
+    gaining it, reruns no finished job); the job takes it from its folder's mode in the config."""
+    import json
+
+    from lpdl_core.pipeline.workflow.wfconfig import defining_fidelity_json, job_fidelity_json
+
+    params = defining_fidelity_json(Fidelity())
+    assert json.loads(params) == {k: v for k, v in Fidelity().as_dict().items() if k != "int8_arithmetic"}
+    paper = {"profile": "mini", "fidelity": "paper", "compare_modes": True}
+    official = {"profile": "mini", "fidelity": "official"}
+    chosen = {"profile": "mini", "fidelity": {"int8_arithmetic": "fake"}}
+    for config, results, want in [(paper, "mini", "integer"), (paper, "mini-official", "fake"),
+                                  (paper, "mini-heterogeneity", "integer"), (official, "mini-official", "fake"),
+                                  (official, "mini-official-heterogeneity", "fake"), (chosen, "mini", "fake")]:
+        assert json.loads(job_fidelity_json(params, config, results))["int8_arithmetic"] == want, (config, results)

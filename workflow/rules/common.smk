@@ -62,7 +62,10 @@ from lpdl_core.pipeline.cells.grids import (
 )  # noqa: E402
 from lpdl_core.config import TABLES, Fidelity, results_name  # noqa: E402
 from lpdl_core.specs.executors import executor_spec  # noqa: E402
-from lpdl_core.pipeline.workflow.wfconfig import modes  # noqa: E402
+from lpdl_core.pipeline.workflow.wfconfig import (
+    defining_fidelity_json,
+    modes,
+)  # noqa: E402
 from lpdl_core.pipeline.workflow.jobs import plan_jobs  # noqa: E402
 from lpdl_core.pipeline.workflow.runtime import StepTimes, step_kind  # noqa: E402
 from lpdl_core.pipeline.workflow.resources import (
@@ -121,8 +124,9 @@ RUN_DIR = "results/{results}/runs/{cell}/seed{seed}"
 
 
 def fidelity_json(wildcards) -> str:
-    """The mode's fidelity as typed JSON for the train command (no re-parsing of strings)."""
-    return json.dumps(FIDELITY_OF[wildcards.results].as_dict(), sort_keys=True)
+    """The mode's fidelity as typed JSON for the train command: the options that define its
+    runs (the train script adds the rounding-only ones from the config)."""
+    return defining_fidelity_json(FIDELITY_OF[wildcards.results])
 
 
 wildcard_constraints:

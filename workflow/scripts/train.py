@@ -13,6 +13,7 @@ import os
 import sys
 
 from lpdl_core.pipeline.cells.grids import grid_of_folder
+from lpdl_core.pipeline.workflow.wfconfig import job_fidelity_json
 from lpdl_core.run_options import RunOptions
 from lpdl_core.specs.executors import executor_spec
 
@@ -30,7 +31,9 @@ argv = [sys.executable, "-m", "lpdl_core", "train", *(a for c in sm.params.cells
         *(("--reuse-runs", f"results/{results.removesuffix('-' + grid)}/runs/{{cell}}/seed{seed}")
           if grid and cfg["profile"] == "mini" else ()),
         "--profile", cfg["profile"], "--seed", seed, "--out", f"results/{results}/runs/{{cell}}/seed{seed}",
-        *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()), "--fidelity-json", sm.params.fidelity,
+        *(("--paper-dir", cfg["paper_dir"]) if cfg["paper_dir"] else ()),
+        # params: the options that define the runs; the config: those that change only float rounding
+        "--fidelity-json", job_fidelity_json(sm.params.fidelity, cfg, results),
         *options.argv()]
 os.environ["OMP_NUM_THREADS"] = str(sm.threads)
 if executor_spec(options.executor).per_node_process:

@@ -7,6 +7,7 @@ then `--config KEY=VALUE`, each updating the one before (nested mappings key by 
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -14,7 +15,7 @@ from typing import Any, Iterable, Mapping
 from ...config import (CELLS_PER_JOB, COMPILE_MODES, DEFAULT_DIST_TIMEOUT_S, DEVICES, EXECUTORS, FIDELITY_CHOICES,
                       FIDELITY_PRESETS, GPU_REQUESTS, MAX_DEMO_EPOCHS, MAX_DIST_TIMEOUT_S, MAX_NODES, MAX_PACK_SIZE,
                       MAX_PATH, MAX_RUNTIME_MARGIN, MAX_RUNTIME_MIN, MAX_SEED, MAX_SEEDS, MAX_THREADS, PACKAGE_DIR,
-                      PROFILES, TABLES, Fidelity, other_mode, results_name)
+                      PROFILES, ROUNDING_ONLY, TABLES, Fidelity, other_mode, results_name)
 from ...bounded import check_values, load_yaml
 from ...errors import ConfigError
 
@@ -150,6 +151,22 @@ def modes(config: Mapping) -> dict[str, Fidelity]:
         name, other = other_mode(config["profile"], fidelity)
         out[name] = other
     return out
+
+
+def defining_fidelity_json(fidelity: Fidelity) -> str:
+    """A mode's fidelity as the train job's params (typed JSON): the options that define its runs.
+    The rounding-only ones (ROUNDING_ONLY) are left out, so changing them, or lpdl gaining one,
+    never reruns a finished job; the job adds them from the config (`job_fidelity_json`)."""
+    return json.dumps({k: v for k, v in fidelity.as_dict().items() if k not in ROUNDING_ONLY}, sort_keys=True)
+
+
+def job_fidelity_json(params_json: str, config: Mapping, results: str) -> str:
+    """The train job's whole fidelity: its params' options and the rounding-only ones of the mode
+    whose folder `results` is (or, for an extension grid's folder, the folder it extends)."""
+    folders = {name: f for name, f in modes(config).items() if results == name or results.startswith(name + "-")}
+    fidelity = folders[max(folders, key=len)]  # results/mini-official-<grid> extends mini-official, not mini
+    return json.dumps({**json.loads(params_json), **{k: getattr(fidelity, k) for k in ROUNDING_ONLY}},
+                      sort_keys=True)
 
 
 def _update(base: dict, new: Mapping) -> dict:
