@@ -201,12 +201,51 @@ def test_without_a_kernel_integer_is_fake_bitwise_with_one_notice(monkeypatch, c
     assert err.count("no exact int8 kernel (test)") == 1 and taken == "fake"
 
 
-def test_vmap_falls_back_to_fake(monkeypatch):
+class _Tiny(torch.nn.Module):
+    def __init__(self, kind: str):
+        super().__init__()
+        q = QuantCfg(int8_arithmetic=kind, grad_rounding="nearest")
+        self.conv, self.fc = QConv2d(3, 8, 3, padding=1, stride=2, bias=True, qcfg=q), QLinear(8, 10, qcfg=q)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).mean((2, 3)))
+
+
+def test_the_batched_executor_runs_integer_under_vmap_as_the_loop_does(monkeypatch):
+    """The custom ops' vmap rule: vmap(grad) over the nodes takes the integer path, and one step
+    equals the loop executor's up to float order (the weight gradients' grouped convolution)."""
+    from lpdl_core.decentral.algorithms.base import GossipCfg
+    from lpdl_core.decentral.engine import EngineCfg, Simulator
+    from lpdl_core.decentral.topology import Topology
+
     monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    sims, losses, taken, befores = {}, {}, {}, {}
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(2, 4, 3, 8, 8, generator=g), torch.randint(0, 10, (2, 4), generator=g)
+    for ex in ("loop", "batched"):
+        torch.manual_seed(0)
+        sims[ex] = Simulator(lambda: _Tiny("integer"), topology=Topology(name="directed-ring", n=2),
+                             gossip=GossipCfg(algorithm="choco", eta=0.5), engine=EngineCfg(executor=ex, device="cpu"))
+        before = befores[ex] = sims[ex].x.clone()
+        arithmetic.reset()
+        losses[ex] = sims[ex].train_step(x, y, 0.05)
+        taken[ex] = arithmetic.taken()
+    assert taken == {"loop": "integer (int_mm)", "batched": "integer (int_mm)"}
+    torch.testing.assert_close(losses["batched"], losses["loop"], rtol=2.0 ** -9, atol=0)
+    assert torch.equal(befores["loop"], befores["batched"])  # the same seeded state
+    update = (sims["loop"].x - before).norm()
+    assert update > 0 and (sims["batched"].x - sims["loop"].x).norm() <= 2.0 ** -3 * update
+
+
+def test_a_compiled_step_computes_fake(monkeypatch):
+    from lpdl_core.quant import traced
+
+    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    monkeypatch.setattr(arithmetic, "_said", set())
     arithmetic.reset()
-    x = torch.randn(2, 3)
-    torch.func.vmap(lambda r: arithmetic.backend("integer", 8, 8, r) or r)(x)
-    assert arithmetic.taken().startswith("fake (the batched executor's vmap")
+    with traced.traced_ops():
+        assert arithmetic.backend("integer", 8, 8, torch.zeros(1)) is None
+    assert arithmetic.taken().startswith("fake (a compiled step")
 
 
 def test_fidelity_defaults_and_identity():

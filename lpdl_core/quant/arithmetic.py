@@ -2,8 +2,7 @@
 
 `integer` asks for exact integer products (lpdl_core.quant.integer) where an exact kernel exists
 for the tensor's device (int8_kernels.backend_for); a call falls back to `fake` (float32
-simulation, the same values up to float rounding) where none exists, under torch.func transforms
-(the batched executor's vmap: the integer kernels have no batching rule) and while torch.compile
+simulation, the same values up to float rounding) where none exists and while torch.compile
 traces (the compiled step's traced operators are float32). Each fallback reason is said once per
 process on stderr; `taken()` tells what the calls of a run took, for its metrics.json.
 """
@@ -44,8 +43,6 @@ def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> tuple
         return None, ""
     if bits != INTEGER_BITS or grad_bits != INTEGER_BITS:
         return None, f"{bits}-bit operands and {grad_bits}-bit gradients (integer kernels are 8-bit)"
-    if torch._C._are_functorch_transforms_active():
-        return None, "the batched executor's vmap (no batching rule for the integer kernels)"
     if traced.active() or torch.compiler.is_compiling():
         return None, "a compiled step (its traced 8-bit operators are float32)"
     name, why = backend_for(x.device)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .int8_kernels import KERNELS, SHIFT
-from .quantizer import own_range_quant, quant_scale
+from .quantizer import quant_scale
 
 LEVELS = 255
 
@@ -143,52 +143,3 @@ def linear_input_grad(backend: str, g: torch.Tensor, w: torch.Tensor) -> torch.T
     gx = (s_g * s_w) * acc + (s_g * m_w) * q_g.sum(1, keepdim=True, dtype=torch.float32) + m_g * w.sum(0)
     return gx.view(*g.shape[:-1], w.shape[1])
 
-
-# --- autograd: forward and layer gradient in integers, weight gradient float32 --------------------
-
-class IntConv(torch.autograd.Function):
-    """conv2d of 8-bit operands in integers; backward: the layer gradient from Q_stoch(g_y) in
-    integers, the weight gradient from the float g_y (gradient bifurcation, as `_BifurcatedConv`)."""
-
-    @staticmethod
-    def forward(ctx, backend, x, m_x, s_x, w, b, stride, padding, dilation, groups, grad_bits, grad_rounding):
-        ctx.save_for_backward(x, w)
-        ctx.conf = (backend, stride, padding, dilation, groups, grad_bits, grad_rounding, b is not None)
-        return conv2d(backend, x, m_x, s_x, w, b, stride, padding, dilation, groups)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        backend, stride, padding, dilation, groups, grad_bits, grad_rounding, has_bias = ctx.conf
-        gx = gw = gb = None
-        if ctx.needs_input_grad[1]:
-            gq = own_range_quant(g, grad_bits, grad_rounding)
-            gx = conv2d_input_grad(backend, gq, w, x.shape, stride, padding, dilation, groups)
-        if ctx.needs_input_grad[4] or (has_bias and ctx.needs_input_grad[5]):
-            _, gw, gb = torch.ops.aten.convolution_backward(
-                g, x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False, [0, 0], groups,
-                [False, True, has_bias])
-        return None, gx, None, None, gw, gb, None, None, None, None, None, None
-
-
-class IntLinear(torch.autograd.Function):
-    """x @ W^T + b of 8-bit operands in integers; backward as `IntConv`'s."""
-
-    @staticmethod
-    def forward(ctx, backend, x, m_x, s_x, w, b, grad_bits, grad_rounding):
-        ctx.save_for_backward(x, w)
-        ctx.conf = (backend, grad_bits, grad_rounding, b is not None)
-        return linear(backend, x, m_x, s_x, w, b)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        backend, grad_bits, grad_rounding, has_bias = ctx.conf
-        gx = gw = gb = None
-        if ctx.needs_input_grad[1]:
-            gx = linear_input_grad(backend, own_range_quant(g, grad_bits, grad_rounding), w)
-        if ctx.needs_input_grad[4]:
-            gw = g.reshape(-1, g.shape[-1]).transpose(0, 1) @ x.reshape(-1, x.shape[-1])
-        if has_bias and ctx.needs_input_grad[5]:
-            gb = g.reshape(-1, g.shape[-1]).sum(0)
-        return None, gx, None, None, gw, gb, None, None

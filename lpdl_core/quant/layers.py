@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import arithmetic, fused, integer, traced
+from . import arithmetic, fused, int8_ops, traced
 from .params import OwnRangeParams
 from .quantizer import QuantCfg, eager_apply, own_range_quant, quant_scale, quantize, quantize_grad
 
@@ -141,6 +141,8 @@ class _BifurcatedLinear(torch.autograd.Function):
 
 _conv_eager = eager_apply(_BifurcatedConv)
 _linear_eager = eager_apply(_BifurcatedLinear)
+_int_conv = eager_apply(int8_ops.IntConv)
+_int_linear = eager_apply(int8_ops.IntLinear)
 
 
 def _conv_apply(*args):
@@ -176,7 +178,7 @@ class QConv2d(_QuantizedOperands, nn.Conv2d):
         kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
         if kernel is not None:  # exact integer products (lpdl_core.quant.integer)
             m_x, s_x = self.quantize_input.grid
-            return integer.IntConv.apply(kernel, qx, m_x, s_x, qw, qb, self.stride, self.padding, self.dilation,
+            return _int_conv(kernel, qx, m_x, s_x, qw, qb, self.stride, self.padding, self.dilation,
                                          self.groups, q.grad_bits, q.grad_rounding)
         return _conv_apply(qx, qw, qb, self.stride, self.padding, self.dilation,
                            self.groups, q.grad_bits, q.grad_rounding)
@@ -196,7 +198,7 @@ class QLinear(_QuantizedOperands, nn.Linear):
         kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
         if kernel is not None:
             m_x, s_x = self.quantize_input.grid
-            return integer.IntLinear.apply(kernel, qx, m_x, s_x, qw, qb, q.grad_bits, q.grad_rounding)
+            return _int_linear(kernel, qx, m_x, s_x, qw, qb, q.grad_bits, q.grad_rounding)
         return _linear_apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
 
 

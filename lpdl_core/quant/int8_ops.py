@@ -1,0 +1,159 @@
+"""The integer 8-bit products (lpdl_core.quant.integer) as `torch.library` custom ops, and the
+autograd Functions the 8-bit layers call with them.
+
+As custom ops they carry a vmap rule, so the batched executor's `vmap(grad(...))` over the nodes
+runs them: the rule runs the nodes one after another on their own slices (each node has its own
+grids), and stacks the results. The Functions are written with those ops and vmappable aten ops
+only, so torch generates their vmap rules (`generate_vmap_rule`), backward included.
+
+- `IntConv`: y = conv(Q(x), Q(W)) + b in integers; backward: the layer gradient from Q_stoch(g_y)
+  in integers, the weight gradient from the float g_y (gradient bifurcation, as
+  `layers._BifurcatedConv`).
+- `IntLinear`: the same for x @ W^T + b.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import integer
+from .quantizer import own_range_quant
+
+
+def _conv_size(size: int, k: int, s: int, p: int, d: int) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _plain(*tensors):
+    """The operands as the ops take them: the Functions define the gradients, so the ops need none."""
+    return [t.detach() if t is not None else None for t in tensors]
+
+
+def _per_node(op, info, in_dims, *args):
+    """op on each node's slice of the batched arguments, stacked along dim 0."""
+    out = []
+    for i in range(info.batch_size):
+        sliced = [a.select(d, i) if isinstance(a, Tensor) and d is not None else a for a, d in zip(args, in_dims)]
+        out.append(op(*sliced))
+    return torch.stack(out), 0
+
+
+@torch.library.custom_op("lpdl::int8_conv2d", mutates_args=())
+def int8_conv2d(backend: str, x: Tensor, m_x: Tensor, s_x: Tensor, w: Tensor, b: Optional[Tensor],
+                stride: list[int], padding: list[int], dilation: list[int], groups: int) -> Tensor:
+    return integer.conv2d(backend, x, m_x, s_x, w, b, stride, padding, dilation, groups)
+
+
+@int8_conv2d.register_fake
+def _(backend, x, m_x, s_x, w, b, stride, padding, dilation, groups):
+    hw = [_conv_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
+    return x.new_empty(x.shape[0], w.shape[0], *hw)
+
+
+@int8_conv2d.register_vmap
+def _(info, in_dims, *args):
+    return _per_node(int8_conv2d, info, in_dims, *args)
+
+
+@torch.library.custom_op("lpdl::int8_conv2d_input_grad", mutates_args=())
+def int8_conv2d_input_grad(backend: str, g: Tensor, w: Tensor, in_shape: list[int], stride: list[int],
+                           padding: list[int], dilation: list[int], groups: int) -> Tensor:
+    return integer.conv2d_input_grad(backend, g, w, in_shape, stride, padding, dilation, groups)
+
+
+@int8_conv2d_input_grad.register_fake
+def _(backend, g, w, in_shape, stride, padding, dilation, groups):
+    return g.new_empty(in_shape)
+
+
+@int8_conv2d_input_grad.register_vmap
+def _(info, in_dims, backend, g, w, in_shape, *rest):
+    return _per_node(int8_conv2d_input_grad, info, in_dims, backend, g, w, in_shape, *rest)
+
+
+@torch.library.custom_op("lpdl::int8_linear", mutates_args=())
+def int8_linear(backend: str, x: Tensor, m_x: Tensor, s_x: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:
+    return integer.linear(backend, x, m_x, s_x, w, b)
+
+
+@int8_linear.register_fake
+def _(backend, x, m_x, s_x, w, b):
+    return x.new_empty(*x.shape[:-1], w.shape[0])
+
+
+@int8_linear.register_vmap
+def _(info, in_dims, *args):
+    return _per_node(int8_linear, info, in_dims, *args)
+
+
+@torch.library.custom_op("lpdl::int8_linear_input_grad", mutates_args=())
+def int8_linear_input_grad(backend: str, g: Tensor, w: Tensor) -> Tensor:
+    return integer.linear_input_grad(backend, g, w)
+
+
+@int8_linear_input_grad.register_fake
+def _(backend, g, w):
+    return g.new_empty(*g.shape[:-1], w.shape[1])
+
+
+@int8_linear_input_grad.register_vmap
+def _(info, in_dims, *args):
+    return _per_node(int8_linear_input_grad, info, in_dims, *args)
+
+
+class IntConv(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(backend, x, m_x, s_x, w, b, stride, padding, dilation, groups, grad_bits, grad_rounding):
+        return int8_conv2d(backend, *_plain(x, m_x, s_x, w, b), list(stride), list(padding), list(dilation), groups)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        backend, x, _, _, w, b, stride, padding, dilation, groups, grad_bits, grad_rounding = inputs
+        ctx.save_for_backward(x, w)
+        ctx.conf = (backend, list(stride), list(padding), list(dilation), groups, grad_bits, grad_rounding,
+                    b is not None)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        backend, stride, padding, dilation, groups, grad_bits, grad_rounding, has_bias = ctx.conf
+        gx = gw = gb = None
+        if ctx.needs_input_grad[1]:
+            gq = own_range_quant(g, grad_bits, grad_rounding)
+            gx = int8_conv2d_input_grad(backend, *_plain(gq, w), list(x.shape), stride, padding, dilation, groups)
+        if ctx.needs_input_grad[4] or (has_bias and ctx.needs_input_grad[5]):
+            _, gw, gb = torch.ops.aten.convolution_backward(
+                g, x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False, [0, 0], groups,
+                [False, True, has_bias])
+        return None, gx, None, None, gw, gb, None, None, None, None, None, None
+
+
+class IntLinear(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(backend, x, m_x, s_x, w, b, grad_bits, grad_rounding):
+        return int8_linear(backend, *_plain(x, m_x, s_x, w, b))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        backend, x, _, _, w, b, grad_bits, grad_rounding = inputs
+        ctx.save_for_backward(x, w)
+        ctx.conf = (backend, grad_bits, grad_rounding, b is not None)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        backend, grad_bits, grad_rounding, has_bias = ctx.conf
+        gx = gw = gb = None
+        if ctx.needs_input_grad[1]:
+            gx = int8_linear_input_grad(backend, *_plain(own_range_quant(g, grad_bits, grad_rounding), w))
+        if ctx.needs_input_grad[4]:
+            gw = g.reshape(-1, g.shape[-1]).transpose(0, 1) @ x.reshape(-1, x.shape[-1])
+        if has_bias and ctx.needs_input_grad[5]:
+            gb = g.reshape(-1, g.shape[-1]).sum(0)
+        return None, gx, None, None, gw, gb, None, None
