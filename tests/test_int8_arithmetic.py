@@ -237,15 +237,49 @@ def test_the_batched_executor_runs_integer_under_vmap_as_the_loop_does(monkeypat
     assert update > 0 and (sims["batched"].x - sims["loop"].x).norm() <= 2.0 ** -3 * update
 
 
-def test_a_compiled_step_computes_fake(monkeypatch):
+def _tiny_sim(compile: bool = False):
+    from lpdl_core.decentral.algorithms.base import GossipCfg
+    from lpdl_core.decentral.engine import EngineCfg, Simulator
+    from lpdl_core.decentral.topology import Topology
+
+    torch.manual_seed(0)
+    return Simulator(lambda: _Tiny("integer"), topology=Topology(name="directed-ring", n=2),
+                     gossip=GossipCfg(algorithm="choco", eta=0.5),
+                     engine=EngineCfg(executor="batched", device="cpu", compile=compile))
+
+
+def test_the_compiled_steps_form_runs_its_convolutions_in_integers(monkeypatch, capsys):
+    """The traceable form (run eagerly, as tests/test_compiled.py does): the convolution is one
+    custom op with its backward registered, node by node in integers; the linear layer's traceable
+    form is float32 (fake, said once). Same forward as the eager integer step: equal losses up to
+    the linear layer's rounding; gradients from another autograd graph (float order)."""
     from lpdl_core.quant import traced
 
     monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
     monkeypatch.setattr(arithmetic, "_said", set())
+    x, y = torch.randn(2, 4, 3, 8, 8), torch.randint(0, 10, (2, 4))
+    l0, g0 = _tiny_sim().executor.loss_and_grad(x, y)
     arithmetic.reset()
     with traced.traced_ops():
-        assert arithmetic.backend("integer", 8, 8, torch.zeros(1)) is None
-    assert arithmetic.taken().startswith("fake (a compiled step")
+        l1, g1 = _tiny_sim().executor.traced_loss_and_grad(x, y)
+    assert arithmetic.taken().startswith("integer (int_mm): 50% of calls; fake (a compiled step's linear layers")
+    assert capsys.readouterr().err.count("compiled step's linear layers") == 1
+    torch.testing.assert_close(l1, l0, rtol=2.0 ** -9, atol=0)
+    assert (g1 - g0).norm() <= 2.0 ** -3 * g0.norm()
+
+
+@pytest.mark.slow
+def test_a_compiled_step_with_integer_convolutions_follows_the_eager_one(monkeypatch):
+    """fullgraph compile of the batched step with the integer convolution op (its fake kernel's
+    shapes and layout are what the graph asserts): 3 steps, losses as the eager integer step's."""
+    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    torch._dynamo.reset()
+    eager, comp = _tiny_sim(), _tiny_sim(compile=True)
+    x, y = torch.randn(2, 4, 3, 8, 8), torch.randint(0, 10, (2, 4))
+    for _ in range(3):
+        la, lb = eager.train_step(x, y, 0.05), comp.train_step(x, y, 0.05)
+        torch.testing.assert_close(lb, la, rtol=2.0 ** -9, atol=0)
+    assert (eager.x - comp.x).norm() <= 1e-3 * eager.x.norm()
 
 
 def test_fidelity_defaults_and_identity():

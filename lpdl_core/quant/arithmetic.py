@@ -2,8 +2,8 @@
 
 `integer` asks for exact integer products (lpdl_core.quant.integer) where an exact kernel exists
 for the tensor's device (int8_kernels.backend_for); a call falls back to `fake` (float32
-simulation, the same values up to float rounding) where none exists and while torch.compile
-traces (the compiled step's traced operators are float32). Each fallback reason is said once per
+simulation, the same values up to float rounding) where none exists, and in a compiled step's
+linear layers (their traceable form is float32; its convolutions run in integers). Each fallback reason is said once per
 process on stderr; `taken()` tells what the calls of a run took, for its metrics.json.
 """
 from __future__ import annotations
@@ -31,33 +31,36 @@ def reset() -> None:
 
 def _fake(why: str) -> None:
     _calls[f"fake ({why})"] += 1
-    if why not in _said:
-        _said.add(why)
-        print(f"lpdl: int8_arithmetic integer: {why}; these 8-bit layers compute fake quantization "
-              f"(the same values up to float rounding)", file=sys.stderr, flush=True)
+    if not torch.compiler.is_compiling():  # a traced print breaks the graph: taken() says it then
+        _say()
 
 
-def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> tuple[str | None, str]:
+def _say() -> None:
+    """The notice of each fallback reason recorded so far, once per process."""
+    for path in list(_calls):
+        why = path[len("fake ("):-1] if path.startswith("fake (") else None
+        if why and why not in _said:
+            _said.add(why)
+            print(f"lpdl: int8_arithmetic integer: {why}; these 8-bit layers compute fake quantization "
+                  f"(the same values up to float rounding)", file=sys.stderr, flush=True)
+
+
+def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor, traced_form: bool) -> tuple[str | None, str]:
     """(the kernel backend, '') or (None, why fake)."""
     if requested != "integer":
         return None, ""
     if bits != INTEGER_BITS or grad_bits != INTEGER_BITS:
         return None, f"{bits}-bit operands and {grad_bits}-bit gradients (integer kernels are 8-bit)"
-    if traced.active() or torch.compiler.is_compiling():
-        return None, "a compiled step (its traced 8-bit operators are float32)"
+    if (traced.active() or torch.compiler.is_compiling()) and not traced_form:
+        return None, "a compiled step's linear layers (their traced form is float32)"
     name, why = backend_for(x.device)
     return name, "" if name else why
 
 
-def will_be_integer(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> bool:
-    """Whether a layer call with these settings on x takes the integer path (nothing recorded):
-    its input quantizer then keeps the grid the integer product needs."""
-    return _choice(requested, bits, grad_bits, x)[0] is not None
-
-
-def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> str | None:
-    """The integer kernel backend this layer call uses, or None for the fake path (recorded)."""
-    name, why = _choice(requested, bits, grad_bits, x)
+def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor, traced_form: bool = False) -> str | None:
+    """The integer kernel backend this layer call uses, or None for the fake path (recorded).
+    traced_form: the layer has an integer form a compiled step can trace (the convolution)."""
+    name, why = _choice(requested, bits, grad_bits, x, traced_form)
     if name is not None:
         _calls[f"integer ({name})"] += 1
     elif why:
@@ -69,7 +72,9 @@ def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> str |
 
 def taken() -> str:
     """What the 8-bit layer calls since reset() took: one path ('integer (onednn)', 'fake', or
-    'fake (why)'), or each with its share; '' when no 8-bit layer ran (an FP run)."""
+    'fake (why)'), or each with its share (a compiled step's calls counted once, when traced);
+    '' when no 8-bit layer ran (an FP run). Says the notices a compiled trace could not."""
+    _say()
     total = sum(_calls.values())
     if not total:
         return ""

@@ -1,6 +1,7 @@
 """The integer 8-bit products (lpdl_core.quant.integer) as `torch.library` custom ops, and the
 autograd Functions the 8-bit layers call with them.
 
+Each op returns a contiguous tensor (its fake kernel's layout, which a compiled graph asserts).
 As custom ops they carry a vmap rule, so the batched executor's `vmap(grad(...))` over the nodes
 runs them: the rule runs the nodes one after another on their own slices (each node has its own
 grids), and stacks the results. The Functions are written with those ops and vmappable aten ops
@@ -43,7 +44,7 @@ def _per_node(op, info, in_dims, *args):
 @torch.library.custom_op("lpdl::int8_conv2d", mutates_args=())
 def int8_conv2d(backend: str, x: Tensor, m_x: Tensor, s_x: Tensor, w: Tensor, b: Optional[Tensor],
                 stride: list[int], padding: list[int], dilation: list[int], groups: int) -> Tensor:
-    return integer.conv2d(backend, x, m_x, s_x, w, b, stride, padding, dilation, groups)
+    return integer.conv2d(backend, x, m_x, s_x, w, b, stride, padding, dilation, groups).contiguous()
 
 
 @int8_conv2d.register_fake
@@ -60,7 +61,7 @@ def _(info, in_dims, *args):
 @torch.library.custom_op("lpdl::int8_conv2d_input_grad", mutates_args=())
 def int8_conv2d_input_grad(backend: str, g: Tensor, w: Tensor, in_shape: list[int], stride: list[int],
                            padding: list[int], dilation: list[int], groups: int) -> Tensor:
-    return integer.conv2d_input_grad(backend, g, w, in_shape, stride, padding, dilation, groups)
+    return integer.conv2d_input_grad(backend, g, w, in_shape, stride, padding, dilation, groups).contiguous()
 
 
 @int8_conv2d_input_grad.register_fake
@@ -75,7 +76,7 @@ def _(info, in_dims, backend, g, w, in_shape, *rest):
 
 @torch.library.custom_op("lpdl::int8_linear", mutates_args=())
 def int8_linear(backend: str, x: Tensor, m_x: Tensor, s_x: Tensor, w: Tensor, b: Optional[Tensor]) -> Tensor:
-    return integer.linear(backend, x, m_x, s_x, w, b)
+    return integer.linear(backend, x, m_x, s_x, w, b).contiguous()
 
 
 @int8_linear.register_fake
@@ -90,7 +91,7 @@ def _(info, in_dims, *args):
 
 @torch.library.custom_op("lpdl::int8_linear_input_grad", mutates_args=())
 def int8_linear_input_grad(backend: str, g: Tensor, w: Tensor) -> Tensor:
-    return integer.linear_input_grad(backend, g, w)
+    return integer.linear_input_grad(backend, g, w).contiguous()
 
 
 @int8_linear_input_grad.register_fake
@@ -157,3 +158,65 @@ class IntLinear(torch.autograd.Function):
         if has_bias and ctx.needs_input_grad[5]:
             gb = g.reshape(-1, g.shape[-1]).sum(0)
         return None, gx, None, None, gw, gb, None, None
+
+
+# --- the compiled step's form (lpdl_core.quant.traced): one op, its backward registered ----------
+
+def _blocks(t: Optional[Tensor], nodes: int, dim: int = 0) -> list:
+    return [None] * nodes if t is None else list(t.chunk(nodes, dim))
+
+
+@torch.library.custom_op("lpdl::int8_bifurcated_conv2d", mutates_args=())
+def int8_bifurcated_conv2d(backend: str, x: Tensor, m_x: Tensor, s_x: Tensor, w: Tensor, b: Optional[Tensor],
+                           key: Tensor, stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                           grad_bits: int, rounding: str, nodes: int) -> Tensor:
+    """`traced.conv2d` in integers: `nodes` nodes' convolutions as one grouped convolution (node i:
+    block i of the channels, its grid m_x[i], s_x[i]), each node's product on its own grids."""
+    m, s = m_x.reshape(-1).expand(nodes), s_x.reshape(-1).expand(nodes)
+    return torch.cat([integer.conv2d(backend, xi, m[i], s[i], wi, bi, stride, padding, dilation, groups // nodes)
+                      for i, (xi, wi, bi) in enumerate(zip(_blocks(x, nodes, 1), _blocks(w, nodes),
+                                                           _blocks(b, nodes)))], 1).contiguous()
+
+
+@int8_bifurcated_conv2d.register_fake
+def _(backend, x, m_x, s_x, w, b, key, stride, padding, dilation, groups, grad_bits, rounding, nodes):
+    hw = [_conv_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
+    return x.new_empty(x.shape[0], w.shape[0], *hw)
+
+
+def _traced_setup(ctx, inputs, output) -> None:
+    backend, x, _, _, w, b, key, stride, padding, dilation, groups, grad_bits, rounding, nodes = inputs
+    ctx.save_for_backward(x, w, key)
+    ctx.conf = (backend, stride, padding, dilation, groups, grad_bits, rounding, nodes, b is not None)
+
+
+def _traced_backward(ctx, g):
+    """g_x from Q(g) (one range per node) in integers, node by node; g_W and g_b from g in float32."""
+    from . import traced
+
+    x, w, key = ctx.saved_tensors
+    backend, stride, padding, dilation, groups, grad_bits, rounding, nodes, has_bias = ctx.conf
+    gq = traced.fake_quant_groups(g, grad_bits, rounding, nodes, key)
+    in_shape = [x.shape[0], x.shape[1] // nodes, *x.shape[2:]]
+    gx = torch.cat([int8_conv2d_input_grad(backend, gi, wi, in_shape, stride, padding, dilation, groups // nodes)
+                    for gi, wi in zip(_blocks(gq.detach(), nodes, 1), _blocks(w.detach(), nodes))], 1)
+    _, gw, gb = torch.ops.aten.convolution_backward(g, x, w, [w.shape[0]] if has_bias else None, stride, padding,
+                                                    dilation, False, [0, 0], groups, [False, True, has_bias])
+    return None, gx, None, None, gw, gb, None, None, None, None, None, None, None, None
+
+
+int8_bifurcated_conv2d.register_autograd(_traced_backward, setup_context=_traced_setup)
+
+
+@int8_bifurcated_conv2d.register_vmap
+def _(info, in_dims, backend, x, m_x, s_x, w, b, key, stride, padding, dilation, groups, grad_bits, rounding, nodes):
+    """n nodes as one grouped convolution, as `traced._conv_vmap` lays them out."""
+    n = info.batch_size
+    x, m_x, s_x, w, b = (t if t is None else (t.movedim(d, 0) if d is not None else t.expand(n, *t.shape))
+                         for t, d in zip((x, m_x, s_x, w, b), in_dims[1:6]))
+    batch = x.shape[1]
+    out = int8_bifurcated_conv2d(backend, x.transpose(0, 1).reshape(batch, n * x.shape[2], *x.shape[3:]),
+                                 m_x.reshape(-1), s_x.reshape(-1), w.reshape(n * w.shape[1], *w.shape[2:]),
+                                 None if b is None else b.reshape(-1), key, stride, padding, dilation, groups * n,
+                                 grad_bits, rounding, nodes * n)
+    return out.reshape(batch, n, -1, *out.shape[2:]).transpose(0, 1), 0

@@ -27,11 +27,8 @@ class QuantMeasure(nn.Module):
     """Quantizes activations to `bits` over a measured range (official `QuantMeasure`).
 
     Training: range = batch mean of per-sample min and max; running range updated as
-    running = momentum·running + (1 − momentum)·batch. Eval: the running range. With
-    int8_arithmetic "integer", `grid` keeps the last call's (x_min, s) for the layer's integer product.
+    running = momentum·running + (1 − momentum)·batch. Eval: the running range.
     """
-
-    grid: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __init__(self, qcfg: QuantCfg):
         super().__init__()
@@ -52,10 +49,13 @@ class QuantMeasure(nn.Module):
                 f"ranges={'parameters' if q.measure_as_parameters else 'buffers'}, momentum={q.momentum}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.quantized(x)[0]
+
+    def quantized(self, x: torch.Tensor, grid: bool = False):
+        """(Q(x), its grid (x_min, s) when asked, else None): an integer product reads Q(x) on it."""
         q = self.qcfg
-        keep_grid = arithmetic.will_be_integer(q.int8_arithmetic, q.bits, q.grad_bits, x)
-        if self.training and fused.active() and not keep_grid:  # range, running update, Q(x): one kernel
-            return fused.measured(x, self.running_min, self.running_max, q.bits, q.act_rounding, q.momentum)
+        if self.training and fused.active() and not grid:  # range, running update, Q(x): one kernel
+            return fused.measured(x, self.running_min, self.running_max, q.bits, q.act_rounding, q.momentum), None
         if self.training:
             with torch.no_grad():
                 # per-sample min and max (amin and amax: aminmax(dim=1), one op, measured 10x
@@ -72,9 +72,8 @@ class QuantMeasure(nn.Module):
         else:
             x_min, x_max = self.running_min, self.running_max
             rounding = self.qcfg.eval_rounding
-        if keep_grid:
-            self.grid = (x_min.detach(), quant_scale(x_min.detach(), x_max.detach(), q.bits))
-        return quantize(x, self.qcfg.bits, rounding, x_min, x_max)
+        on_grid = (x_min.detach(), quant_scale(x_min.detach(), x_max.detach(), q.bits)) if grid else None
+        return quantize(x, self.qcfg.bits, rounding, x_min, x_max), on_grid
 
 
 class _BifurcatedConv(torch.autograd.Function):
@@ -161,6 +160,13 @@ class _QuantizedOperands(OwnRangeParams):
     def quantized_operands(self, x: torch.Tensor):
         return self.quantize_input(x), self.own_range(self.weight), self.own_range(self.bias)
 
+    def integer_operands(self, x: torch.Tensor, traced_form: bool = False):
+        """(the integer kernel backend or None, Q(x), x's grid or None, Q(W), Q(b)) for this call."""
+        q = self.qcfg
+        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x, traced_form)
+        qx, grid = self.quantize_input.quantized(x, grid=kernel is not None)
+        return kernel, qx, grid, self.own_range(self.weight), self.own_range(self.bias)
+
 
 class QConv2d(_QuantizedOperands, nn.Conv2d):
     """nn.Conv2d with 8-bit input/weight/bias and gradient bifurcation (same parameters)."""
@@ -173,13 +179,15 @@ class QConv2d(_QuantizedOperands, nn.Conv2d):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        qx, qw, qb = self.quantized_operands(x)
+        kernel, qx, grid, qw, qb = self.integer_operands(x, traced_form=True)
         q = self.qcfg
-        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
+        if kernel is not None and traced.active():  # the compiled step's form
+            return int8_ops.int8_bifurcated_conv2d(kernel, qx, *grid, qw, qb, traced.noise_key(x.device),
+                                                   list(self.stride), list(self.padding), list(self.dilation),
+                                                   self.groups, q.grad_bits, q.grad_rounding, 1)
         if kernel is not None:  # exact integer products (lpdl_core.quant.integer)
-            m_x, s_x = self.quantize_input.grid
-            return _int_conv(kernel, qx, m_x, s_x, qw, qb, self.stride, self.padding, self.dilation,
-                                         self.groups, q.grad_bits, q.grad_rounding)
+            return _int_conv(kernel, qx, *grid, qw, qb, self.stride, self.padding, self.dilation, self.groups,
+                             q.grad_bits, q.grad_rounding)
         return _conv_apply(qx, qw, qb, self.stride, self.padding, self.dilation,
                            self.groups, q.grad_bits, q.grad_rounding)
 
@@ -193,12 +201,10 @@ class QLinear(_QuantizedOperands, nn.Linear):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        qx, qw, qb = self.quantized_operands(x)
+        kernel, qx, grid, qw, qb = self.integer_operands(x)
         q = self.qcfg
-        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
         if kernel is not None:
-            m_x, s_x = self.quantize_input.grid
-            return _int_linear(kernel, qx, m_x, s_x, qw, qb, q.grad_bits, q.grad_rounding)
+            return _int_linear(kernel, qx, *grid, qw, qb, q.grad_bits, q.grad_rounding)
         return _linear_apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
 
 
