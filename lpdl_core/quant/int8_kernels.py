@@ -15,7 +15,7 @@ Backends (`KERNELS`), each a pair (mm, conv):
   rounding above). Without VNNI, x86 oneDNN adds pairs of u8·s8 products in int16 with saturation
   (`vpmaddubsw`), so full-range operands come out wrong; `exact()` probes that.
 - ``int_mm``: `torch._int_mm` (int8 × int8 → int32) on an im2col of the input: int8 tensor cores
-  on CUDA (cuBLASLt). It also runs on the CPU, bit-exact but about 20x slower than a float32
+  on CUDA (cuBLASLt). It also runs on the CPU, bit-exact but many times slower than a float32
   product there, so on a CPU it serves as the exact reference of the CUDA path's code.
 
 `backend_for(device)` picks the fastest exact one, or None (the layers then compute `fake`).
