@@ -162,7 +162,8 @@ def test_the_workflow_lints_clean():
 
 def test_the_train_script_hands_typed_fidelity_and_the_config_to_lpdl_train(tmp_path, monkeypatch):
     """workflow/scripts/train.py: the job's cells, the mode's fidelity as JSON (typed, never
-    re-parsed), how the job runs from the config; OMP_NUM_THREADS set before torch loads."""
+    re-parsed: the params' options with the config mode's rounding-only ones), how the job runs
+    from the config; OMP_NUM_THREADS set before torch loads."""
     import runpy
     from types import SimpleNamespace
 
@@ -173,14 +174,15 @@ def test_the_train_script_hands_typed_fidelity_and_the_config_to_lpdl_train(tmp_
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     fid = json.dumps({"quant_ranges": "gossiped", "cell_settings": "run.sh"})
     sm = SimpleNamespace(config={"profile": "mini", "paper_dir": "my paper", "device": "cpu", "executor": "batched",
-                                 "data_root": ""},
+                                 "data_root": "", "fidelity": "official"},
                          wildcards=SimpleNamespace(seed="7", results="mini-official"), threads=3,
                          params=SimpleNamespace(cells=["a-cell", "b-cell"], fidelity=fid),
                          log=[str(tmp_path / "job.log")])
     runpy.run_path(str(ROOT / "workflow/scripts/train.py"), init_globals={"snakemake": sm})
     argv = calls["argv"]
     assert argv[1:4] == ["-m", "lpdl_core", "train"]
-    assert argv[argv.index("--fidelity-json") + 1] == fid and json.loads(fid)["quant_ranges"] == "gossiped"
+    # the params' options, and the rounding-only ones from the folder's mode in the config
+    assert json.loads(argv[argv.index("--fidelity-json") + 1]) == {**json.loads(fid), "int8_arithmetic": "fake"}
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--cell"] == ["a-cell", "b-cell"]
     assert argv[argv.index("--out") + 1] == "results/mini-official/runs/{cell}/seed7"
     assert argv[argv.index("--paper-dir") + 1] == "my paper" and "--data-root" not in argv

@@ -163,6 +163,7 @@ def defining_fidelity_json(fidelity: Fidelity) -> str:
 def job_fidelity_json(params_json: str, config: Mapping, results: str) -> str:
     """The train job's whole fidelity: its params' options and the rounding-only ones of the mode
     whose folder `results` is (or, for an extension grid's folder, the folder it extends)."""
+    config = {"fidelity": "paper", **config}  # the schema's default
     folders = {name: f for name, f in modes(config).items() if results == name or results.startswith(name + "-")}
     fidelity = folders[max(folders, key=len)]  # results/mini-official-<grid> extends mini-official, not mini
     return json.dumps({**json.loads(params_json), **{k: getattr(fidelity, k) for k in ROUNDING_ONLY}},
