@@ -29,6 +29,12 @@ def _q(t: torch.Tensor) -> torch.Tensor:
     return fake_quant(t, 8, "nearest")
 
 
+def _force(monkeypatch, name, why) -> None:
+    """Every device's kernel choice is `name` (int_mm: the exact kernel of any CPU)."""
+    monkeypatch.setattr(int8_kernels, "backend_for", lambda device: (name, why))
+    monkeypatch.setattr(int8_kernels, "chosen", lambda device: (name, why))
+
+
 def _bound(terms: list[torch.Tensor], k: int, products: torch.Tensor) -> torch.Tensor:
     """|integer − float64| and |fake − float64| ≤ 8 ε Σ|term| + 2 K ε Σ|a·b|.
 
@@ -172,7 +178,7 @@ def _two_layer(kind: str, seed: int = 0):
 
 
 def test_layers_take_the_integer_path_and_match_fake(monkeypatch):
-    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    _force(monkeypatch, "int_mm", "test")
     out = {}
     for kind in ("integer", "fake"):
         conv, lin = _two_layer(kind)
@@ -187,7 +193,7 @@ def test_layers_take_the_integer_path_and_match_fake(monkeypatch):
 
 
 def test_without_a_kernel_integer_is_fake_bitwise_with_one_notice(monkeypatch, capsys):
-    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: (None, "no exact int8 kernel (test)"))
+    _force(monkeypatch, None, "no exact int8 kernel (test)")
     monkeypatch.setattr(arithmetic, "_said", set())
     ys = {}
     for kind in ("integer", "fake"):
@@ -218,7 +224,7 @@ def test_the_batched_executor_runs_integer_under_vmap_as_the_loop_does(monkeypat
     from lpdl_core.decentral.engine import EngineCfg, Simulator
     from lpdl_core.decentral.topology import Topology
 
-    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    _force(monkeypatch, "int_mm", "test")
     sims, losses, taken, befores = {}, {}, {}, {}
     g = torch.Generator().manual_seed(4)
     x, y = torch.randn(2, 4, 3, 8, 8, generator=g), torch.randint(0, 10, (2, 4), generator=g)
@@ -255,7 +261,7 @@ def test_the_compiled_steps_form_runs_its_convolutions_in_integers(monkeypatch, 
     the linear layer's rounding; gradients from another autograd graph (float order)."""
     from lpdl_core.quant import traced
 
-    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    _force(monkeypatch, "int_mm", "test")
     monkeypatch.setattr(arithmetic, "_said", set())
     x, y = torch.randn(2, 4, 3, 8, 8), torch.randint(0, 10, (2, 4))
     l0, g0 = _tiny_sim().executor.loss_and_grad(x, y)
@@ -272,7 +278,7 @@ def test_the_compiled_steps_form_runs_its_convolutions_in_integers(monkeypatch, 
 def test_a_compiled_step_with_integer_convolutions_follows_the_eager_one(monkeypatch):
     """fullgraph compile of the batched step with the integer convolution op (its fake kernel's
     shapes and layout are what the graph asserts): 3 steps, losses as the eager integer step's."""
-    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    _force(monkeypatch, "int_mm", "test")
     torch._dynamo.reset()
     eager, comp = _tiny_sim(), _tiny_sim(compile=True)
     x, y = torch.randn(2, 4, 3, 8, 8), torch.randint(0, 10, (2, 4))
@@ -280,6 +286,19 @@ def test_a_compiled_step_with_integer_convolutions_follows_the_eager_one(monkeyp
         la, lb = eager.train_step(x, y, 0.05), comp.train_step(x, y, 0.05)
         torch.testing.assert_close(lb, la, rtol=2.0 ** -9, atol=0)
     assert (eager.x - comp.x).norm() <= 1e-3 * eager.x.norm()
+
+
+def test_a_trace_reads_the_probe_and_never_runs_it(monkeypatch):
+    """reset(device) probes eagerly; a compiled trace only reads the answer (a probe inside a trace
+    would break the graph): unprobed, the trace computes fake and says why."""
+    monkeypatch.setattr(int8_kernels, "_CHOSEN", {})
+    monkeypatch.setattr(int8_kernels, "exact", lambda name, device: True)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(arithmetic, "_calls", arithmetic.Counter())
+    assert arithmetic.backend("integer", 8, 8, torch.zeros(1), traced_form=True) is None
+    assert "not probed before compiling" in arithmetic.taken()
+    arithmetic.reset("cpu")
+    assert arithmetic.backend("integer", 8, 8, torch.zeros(1), traced_form=True) == "onednn"
 
 
 def test_fidelity_defaults_and_identity():
@@ -304,7 +323,7 @@ def test_twenty_training_steps_every_layer_call_equals_fake(name, monkeypatch):
     state, within 2^-6 (flipped decisions move a few values by 1/255 of their range each)."""
     from lpdl_core.models.registry import build_model
 
-    monkeypatch.setattr(arithmetic, "backend_for", lambda dev: ("int_mm", "test"))
+    _force(monkeypatch, "int_mm", "test")
     worst = {"conv": 0.0, "conv_grad": 0.0, "linear": 0.0, "linear_grad": 0.0}
 
     def checked(kind, real, check):

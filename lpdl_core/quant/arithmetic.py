@@ -15,7 +15,7 @@ import torch
 
 from ..config import FIDELITY_CHOICES
 from . import traced
-from .int8_kernels import backend_for
+from . import int8_kernels
 
 ARITHMETICS = FIDELITY_CHOICES["int8_arithmetic"]
 INTEGER_BITS = 8  # the integer kernels hold one byte per operand
@@ -24,9 +24,11 @@ _calls: Counter = Counter()   # path -> layer calls that took it, since reset()
 _said: set[str] = set()
 
 
-def reset() -> None:
-    """Start a run's record."""
+def reset(device: torch.device | str = "cpu") -> None:
+    """Start a run's record, and probe the device's int8 kernels (eagerly: a compiled step's trace
+    reads the answer, it cannot run the probe)."""
     _calls.clear()
+    int8_kernels.backend_for(device)
 
 
 def _fake(why: str) -> None:
@@ -53,7 +55,10 @@ def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor, traced_f
         return None, f"{bits}-bit operands and {grad_bits}-bit gradients (integer kernels are 8-bit)"
     if (traced.active() or torch.compiler.is_compiling()) and not traced_form:
         return None, "a compiled step's linear layers (their traced form is float32)"
-    name, why = backend_for(x.device)
+    if torch.compiler.is_compiling():
+        name, why = int8_kernels.chosen(x.device) or (None, "the int8 kernels were not probed before compiling")
+    else:
+        name, why = int8_kernels.backend_for(x.device)
     return name, "" if name else why
 
 

@@ -134,13 +134,23 @@ def cpu_isa() -> str:
     return torch.backends.cpu.get_cpu_capability()
 
 
+_CHOSEN: dict[str, tuple[str | None, str]] = {}  # device -> backend_for's answer, once probed
+
+
 def backend_for(device: torch.device | str) -> tuple[str | None, str]:
-    """(the fastest exact backend on `device`, or None; why, in a few words)."""
-    kind = torch.device(device).type
-    for name in PREFERENCE.get(kind, ()):
-        if exact(name, str(torch.device(device))):
-            return name, f"{name} on {kind}"
-    if kind == "cpu":
-        return None, (f"no exact int8 kernel on this CPU (ISA {cpu_isa()}: oneDNN's int8 products "
-                      f"need VNNI to be exact)")
-    return None, f"no exact int8 kernel on {kind}"
+    """(the fastest exact backend on `device`, or None; why, in a few words), probed once per device."""
+    key = str(torch.device(device))
+    if key not in _CHOSEN:
+        kind = torch.device(device).type
+        name = next((n for n in PREFERENCE.get(kind, ()) if exact(n, key)), None)
+        why = (f"{name} on {kind}" if name else
+               f"no exact int8 kernel on this CPU (ISA {cpu_isa()}: oneDNN's int8 products need VNNI to be exact)"
+               if kind == "cpu" else f"no exact int8 kernel on {kind}")
+        _CHOSEN[key] = (name, why)
+    return _CHOSEN[key]
+
+
+def chosen(device: torch.device | str) -> tuple[str | None, str] | None:
+    """backend_for's answer if `device` was probed already, else None (a compiled trace reads this:
+    running the probe inside a trace would break the graph)."""
+    return _CHOSEN.get(str(torch.device(device)))

@@ -136,7 +136,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
         times[precision, compiled] = []
     sim = next(iter(sims.values()))
     rows = nodes * pack
-    arithmetic.reset()
+    arithmetic.reset(sim.device)
     x = torch.randn(rows, batch, 3, size, size, generator=gen).to(sim.device)
     y = torch.randint(0, 10, (rows, batch), generator=gen).to(sim.device)
     for i in range(warmup + steps):

@@ -81,7 +81,7 @@ def run_epochs(sim, run: RunCfg, trainee: Trainee, state: Progress, *, fused_qua
     and the augmentation streams `aug` (anything with get_state())."""
     dev, iters = sim.device, trainee.iters
     per_step, total = run.schedule.per_step, run.epochs * iters
-    arithmetic.reset()  # the run's record of its 8-bit layers' arithmetic starts here
+    arithmetic.reset(dev)  # the run's record of its 8-bit layers' arithmetic starts here
     for epoch in range(state.start_epoch, run.epochs):
         if trainee.stopped:
             break
