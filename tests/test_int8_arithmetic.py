@@ -171,6 +171,21 @@ def test_linear_forward_and_layer_gradient_equal_fake(shape):
     assert _check_linear_grad(integer.linear_input_grad("int_mm", gy, qw), gy, qw) <= 1
 
 
+def test_a_3d_linear_in_training_takes_its_range_as_quantmeasure_keeps_it(monkeypatch):
+    """QuantMeasure keeps a training range at x's rank ((1, 1, 1) for a (B, T, K) input)."""
+    _force(monkeypatch, "int_mm", "test")
+    out = {}
+    for kind in ("integer", "fake"):
+        torch.manual_seed(0)
+        lin = QLinear(16, 6, qcfg=QuantCfg(int8_arithmetic=kind, grad_rounding="nearest"))
+        x = torch.randn(3, 5, 16, generator=torch.Generator().manual_seed(5), requires_grad=True)
+        y = lin(x)
+        y.square().sum().backward()
+        out[kind] = (y.detach(), x.grad)
+    for a, b in zip(out["integer"], out["fake"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+
+
 def _two_layer(kind: str, seed: int = 0):
     torch.manual_seed(seed)
     q = QuantCfg(int8_arithmetic=kind, grad_rounding="nearest")

@@ -69,6 +69,7 @@ def conv2d(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, 
            b: torch.Tensor | None, stride, padding, dilation, groups: int) -> torch.Tensor:
     """conv2d(x, w, b) of an 8-bit x on grid (m_x, s_x) and own-range 8-bit w and b."""
     kernel = KERNELS[backend]
+    m_x, s_x = m_x.reshape(()), s_x.reshape(())  # one range (kept at x's rank by QuantMeasure)
     q_x = grid(x, m_x, s_x)
     w8, s_w, m_w = _weight(w)
     o, _, kh, kw = w.shape
@@ -127,6 +128,7 @@ def conv2d_input_grad(backend: str, g: torch.Tensor, w: torch.Tensor, in_shape, 
 def linear(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
            b: torch.Tensor | None) -> torch.Tensor:
     """x @ w^T + b of an 8-bit x (…, K) on grid (m_x, s_x) and own-range 8-bit w (O, K) and b."""
+    m_x, s_x = m_x.reshape(()), s_x.reshape(())  # one range (kept at x's rank by QuantMeasure)
     q_x = grid(x.reshape(-1, x.shape[-1]), m_x, s_x)
     w8, s_w, m_w = _weight(w)
     acc = KERNELS[backend].mm(q_x, w8.t()).float()
