@@ -186,6 +186,32 @@ def test_a_3d_linear_in_training_takes_its_range_as_quantmeasure_keeps_it(monkey
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
 
 
+def test_the_tiny_distilbert_takes_the_integer_path_and_matches_fake(monkeypatch):
+    """Every Linear of the (tiny, random) DistilBERT as a QLinear in integers: one training step's
+    loss and gradients as fake's (nearest rounding, no dropout)."""
+    from lpdl_core.models.transformer import distilbert_classifier, tiny_distilbert_config
+
+    _force(monkeypatch, "int_mm", "test")
+    out = {}
+    for kind in ("integer", "fake"):
+        torch.manual_seed(0)
+        m = distilbert_classifier(4, precision="int8", pretrained=None, config_overrides=tiny_distilbert_config(),
+                                  qcfg=QuantCfg(int8_arithmetic=kind, grad_rounding="nearest"))
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.Dropout):
+                mod.p = 0.0
+        ids = torch.randint(0, 1000, (2, 12), generator=torch.Generator().manual_seed(1))
+        arithmetic.reset()
+        out_ = m(ids)
+        loss = F.cross_entropy(getattr(out_, "logits", out_), torch.tensor([0, 1]))
+        loss.backward()
+        out[kind] = (loss.detach(), torch.cat([p.grad.flatten() for p in m.parameters() if p.grad is not None]),
+                     arithmetic.taken())
+    assert out["integer"][2] == "integer (int_mm)"
+    torch.testing.assert_close(out["integer"][0], out["fake"][0], rtol=2.0 ** -9, atol=0)
+    assert (out["integer"][1] - out["fake"][1]).norm() <= 2.0 ** -3 * out["fake"][1].norm()
+
+
 def _two_layer(kind: str, seed: int = 0):
     torch.manual_seed(seed)
     q = QuantCfg(int8_arithmetic=kind, grad_rounding="nearest")
