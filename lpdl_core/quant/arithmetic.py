@@ -2,9 +2,8 @@
 
 `integer` asks for exact integer products (lpdl_core.quant.integer) where an exact kernel exists
 for the tensor's device (int8_kernels.backend_for); a call falls back to `fake` (float32
-simulation, the same values up to float rounding) where none exists, and in a compiled step's
-linear layers (their traceable form is float32; its convolutions run in integers). Each fallback reason is said once per
-process on stderr; `taken()` tells what the calls of a run took, for its metrics.json.
+simulation, the same values up to float rounding) where none exists. Each fallback reason is
+said once per process on stderr; `taken()` tells what the calls of a run took, for its metrics.json.
 """
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from collections import Counter
 import torch
 
 from ..config import FIDELITY_CHOICES
-from . import traced
 from . import int8_kernels
 
 ARITHMETICS = FIDELITY_CHOICES["int8_arithmetic"]
@@ -47,14 +45,12 @@ def _say() -> None:
                   f"(the same values up to float rounding)", file=sys.stderr, flush=True)
 
 
-def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor, traced_form: bool) -> tuple[str | None, str]:
+def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> tuple[str | None, str]:
     """(the kernel backend, '') or (None, why fake)."""
     if requested != "integer":
         return None, ""
     if bits != INTEGER_BITS or grad_bits != INTEGER_BITS:
         return None, f"{bits}-bit operands and {grad_bits}-bit gradients (integer kernels are 8-bit)"
-    if (traced.active() or torch.compiler.is_compiling()) and not traced_form:
-        return None, "a compiled step's linear layers (their traced form is float32)"
     if torch.compiler.is_compiling():
         name, why = int8_kernels.chosen(x.device) or (None, "the int8 kernels were not probed before compiling")
     else:
@@ -62,10 +58,9 @@ def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor, traced_f
     return name, "" if name else why
 
 
-def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor, traced_form: bool = False) -> str | None:
-    """The integer kernel backend this layer call uses, or None for the fake path (recorded).
-    traced_form: the layer has an integer form a compiled step can trace (the convolution)."""
-    name, why = _choice(requested, bits, grad_bits, x, traced_form)
+def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> str | None:
+    """The integer kernel backend this layer call uses, or None for the fake path (recorded)."""
+    name, why = _choice(requested, bits, grad_bits, x)
     if name is not None:
         _calls[f"integer ({name})"] += 1
     elif why:

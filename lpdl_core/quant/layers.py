@@ -160,10 +160,10 @@ class _QuantizedOperands(OwnRangeParams):
     def quantized_operands(self, x: torch.Tensor):
         return self.quantize_input(x), self.own_range(self.weight), self.own_range(self.bias)
 
-    def integer_operands(self, x: torch.Tensor, traced_form: bool = False):
+    def integer_operands(self, x: torch.Tensor):
         """(the integer kernel backend or None, Q(x), x's grid or None, Q(W), Q(b)) for this call."""
         q = self.qcfg
-        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x, traced_form)
+        kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
         qx, grid = self.quantize_input.quantized(x, grid=kernel is not None)
         return kernel, qx, grid, self.own_range(self.weight), self.own_range(self.bias)
 
@@ -179,7 +179,7 @@ class QConv2d(_QuantizedOperands, nn.Conv2d):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel, qx, grid, qw, qb = self.integer_operands(x, traced_form=True)
+        kernel, qx, grid, qw, qb = self.integer_operands(x)
         q = self.qcfg
         if kernel is not None and traced.active():  # the compiled step's form
             return int8_ops.int8_bifurcated_conv2d(kernel, qx, *grid, qw, qb, traced.noise_key(x.device),
@@ -203,6 +203,9 @@ class QLinear(_QuantizedOperands, nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kernel, qx, grid, qw, qb = self.integer_operands(x)
         q = self.qcfg
+        if kernel is not None and traced.active():  # the compiled step's form
+            return int8_ops.int8_bifurcated_linear(kernel, qx, *grid, qw, qb, traced.noise_key(x.device),
+                                                   q.grad_bits, q.grad_rounding, False)
         if kernel is not None:
             return _int_linear(kernel, qx, *grid, qw, qb, q.grad_bits, q.grad_rounding)
         return _linear_apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
