@@ -11,6 +11,9 @@ only, so torch generates their vmap rules (`generate_vmap_rule`), backward inclu
   in integers, the weight gradient from the float g_y (gradient bifurcation, as
   `layers._BifurcatedConv`).
 - `IntLinear`: the same for x @ W^T + b.
+- `int8_bifurcated_conv2d`, `int8_bifurcated_linear`: the compiled step's form of the two
+  (lpdl_core.quant.traced's contract: one op per layer, its backward registered, the gradient's
+  range one per node), which a fullgraph compile traces.
 """
 from __future__ import annotations
 
