@@ -327,17 +327,21 @@ def test_a_compiled_integer_step_follows_the_eager_one(monkeypatch):
     assert (eager.x - comp.x).norm() <= 1e-3 * eager.x.norm()
 
 
-def test_a_trace_reads_the_probe_and_never_runs_it(monkeypatch):
+def test_a_trace_reads_the_probe_and_records_nothing(monkeypatch):
     """reset(device) probes eagerly; a compiled trace only reads the answer (a probe inside a trace
-    would break the graph): unprobed, the trace computes fake and says why."""
+    would break the graph) and records nothing (dynamo would guard on the record and recompile
+    every step): unprobed, the trace computes fake."""
     monkeypatch.setattr(int8_kernels, "_CHOSEN", {})
     monkeypatch.setattr(int8_kernels, "exact", lambda name, device: True)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     monkeypatch.setattr(arithmetic, "_calls", arithmetic.Counter())
-    assert arithmetic.backend("integer", 8, 8, torch.zeros(1)) is None
-    assert "not probed before compiling" in arithmetic.taken()
-    arithmetic.reset("cpu")
+    with monkeypatch.context() as m:
+        m.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert arithmetic.backend("integer", 8, 8, torch.zeros(1)) is None
+        assert arithmetic.taken() == ""
+        arithmetic.reset("cpu")
+        assert arithmetic.backend("integer", 8, 8, torch.zeros(1)) == "onednn" and arithmetic.taken() == ""
     assert arithmetic.backend("integer", 8, 8, torch.zeros(1)) == "onednn"
+    assert arithmetic.taken() == "integer (onednn)"
 
 
 def test_fidelity_defaults_and_identity():

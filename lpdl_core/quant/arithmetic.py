@@ -31,8 +31,7 @@ def reset(device: torch.device | str = "cpu") -> None:
 
 def _fake(why: str) -> None:
     _calls[f"fake ({why})"] += 1
-    if not torch.compiler.is_compiling():  # a traced print breaks the graph: taken() says it then
-        _say()
+    _say()
 
 
 def _say() -> None:
@@ -61,6 +60,10 @@ def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> tuple
 def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> str | None:
     """The integer kernel backend this layer call uses, or None for the fake path (recorded)."""
     name, why = _choice(requested, bits, grad_bits, x)
+    if torch.compiler.is_compiling():
+        # nothing recorded while tracing (dynamo would guard on the record and recompile every step);
+        # the run's eager calls (its evaluations) make the same choice and record it
+        return name
     if name is not None:
         _calls[f"integer ({name})"] += 1
     elif why:
@@ -72,8 +75,8 @@ def backend(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> str |
 
 def taken() -> str:
     """What the 8-bit layer calls since reset() took: one path ('integer (onednn)', 'fake', or
-    'fake (why)'), or each with its share (a compiled step's calls counted once, when traced);
-    '' when no 8-bit layer ran (an FP run). Says the notices a compiled trace could not."""
+    'fake (why)'), or each with its share (a compiled step's traced calls are not counted; its
+    evaluations are); '' when no 8-bit layer ran (an FP run)."""
     _say()
     total = sum(_calls.values())
     if not total:
