@@ -12,10 +12,8 @@ from collections import Counter
 
 import torch
 
-from ..config import FIDELITY_CHOICES
 from . import int8_kernels
 
-ARITHMETICS = FIDELITY_CHOICES["int8_arithmetic"]
 INTEGER_BITS = 8  # the integer kernels hold one byte per operand
 
 _calls: Counter = Counter()   # path -> layer calls that took it, since reset()
@@ -30,18 +28,12 @@ def reset(device: torch.device | str = "cpu") -> None:
 
 
 def _fake(why: str) -> None:
+    """Record a fallback, and say its reason once per process."""
     _calls[f"fake ({why})"] += 1
-    _say()
-
-
-def _say() -> None:
-    """The notice of each fallback reason recorded so far, once per process."""
-    for path in list(_calls):
-        why = path[len("fake ("):-1] if path.startswith("fake (") else None
-        if why and why not in _said:
-            _said.add(why)
-            print(f"lpdl: int8_arithmetic integer: {why}; these 8-bit layers compute fake quantization "
-                  f"(the same values up to float rounding)", file=sys.stderr, flush=True)
+    if why not in _said:
+        _said.add(why)
+        print(f"lpdl: int8_arithmetic integer: {why}; these 8-bit layers compute fake quantization "
+              f"(the same values up to float rounding)", file=sys.stderr, flush=True)
 
 
 def _choice(requested: str, bits: int, grad_bits: int, x: torch.Tensor) -> tuple[str | None, str]:
@@ -77,7 +69,6 @@ def taken() -> str:
     """What the 8-bit layer calls since reset() took: one path ('integer (onednn)', 'fake', or
     'fake (why)'), or each with its share (a compiled step's traced calls are not counted; its
     evaluations are); '' when no 8-bit layer ran (an FP run)."""
-    _say()
     total = sum(_calls.values())
     if not total:
         return ""

@@ -53,7 +53,7 @@ class QuantCfg:
     eval_rounding: str = "nearest"
     measure_as_parameters: bool = False
     momentum: float = 0.1
-    int8_arithmetic: str = "fake"      # one of ARITHMETICS
+    int8_arithmetic: str = "fake"      # one of FIDELITY_CHOICES["int8_arithmetic"]
 
     def __post_init__(self) -> None:
         for name in ("bits", "grad_bits"):

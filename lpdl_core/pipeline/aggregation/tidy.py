@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from ...config import FIDELITY_CHOICES, fidelity_mode, recorded_fidelity
+from ...config import FIDELITY_BEFORE, FIDELITY_CHOICES, fidelity_mode, recorded_fidelity
 from ...errors import CorruptFile, RunMismatch
 from ..cells.cell import Cell, columns
 from ..run.results import CURVE_COLUMNS
@@ -97,7 +97,8 @@ def run_row(cell: Cell, seed: int, profile: str, m: dict, classes: int | None = 
         **{f"fidelity_{k}": v for k, v in fid.items()},
         "executor": m.get("executor", cfg.get("executor")), "device": m.get("device"),
         # the arithmetic its 8-bit layers took ('' in an FP run; a run from before it was recorded: fake)
-        "int8_arithmetic": m.get("int8_arithmetic", "fake" if cell.precision != "fp32" else ""),
+        "int8_arithmetic": m.get("int8_arithmetic",
+                                 FIDELITY_BEFORE["int8_arithmetic"] if cell.precision != "fp32" else ""),
         **{k: prov.get(k) for k in PROVENANCE},
     }
 
