@@ -7,8 +7,9 @@ K ulps of the sum of their magnitudes. An offset or border term computed wrong i
 of that term, orders of magnitude above the bound (test_the_bound_sees_a_missing_border_term).
 
 The integer kernels run here through `int_mm` (torch._int_mm, the CUDA path's code, exact on any
-CPU), and `onednn` on operands every x86 ISA computes exactly (weights within 7 bits: without
-VNNI, oneDNN adds u8·s8 pairs in saturating int16).
+CPU), and through `onednn` where this CPU has VNNI (skipped elsewhere, where `test_kernels_are_exact`
+checks it on operands every x86 ISA computes exactly: weights within 7 bits, since without VNNI
+oneDNN adds u8·s8 pairs in saturating int16).
 """
 from __future__ import annotations
 
@@ -139,15 +140,27 @@ def _check_linear_grad(gx, g, w) -> float:
     return _within(gx, g @ w, ref, _bound([ref, 3 * spread], w.shape[0], prod))
 
 
+def _exact_here(backend: str) -> str:
+    """`backend` if its kernels are exact on this CPU (onednn: on VNNI CPUs), else skip."""
+    if not int8_kernels.exact(backend, "cpu"):
+        pytest.skip(f"{backend} is not exact on this CPU (ISA {int8_kernels.cpu_isa()})")
+    return backend
+
+
+BACKENDS = ["int_mm", "onednn"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("b,c,o,h,k,stride,pad,dil,groups", CONVS)
-def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, dil, groups):
+def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, dil, groups, backend):
+    backend = _exact_here(backend)
     qx, m_x, s_x, qw = _operands(b, c, o, h, k, groups)
     qb = _q(torch.randn(o))
     conf = ((stride,) * 2, (pad,) * 2, (dil,) * 2, groups)
-    y = integer.conv2d("int_mm", qx, m_x, s_x, qw, qb, *conf)
+    y = integer.conv2d(backend, qx, m_x, s_x, qw, qb, *conf)
     assert _check_conv(y, qx, m_x, qw, qb, conf) <= 1
     gy = _q(torch.randn_like(y))
-    gx = integer.conv2d_input_grad("int_mm", gy, qw, qx.shape, *conf)
+    gx = integer.conv2d_input_grad(backend, gy, qw, qx.shape, *conf)
     assert gx.shape == qx.shape and _check_conv_grad(gx, gy, qw, qx.shape, conf) <= 1
 
 
@@ -159,16 +172,18 @@ def test_the_bound_sees_a_missing_border_term():
     assert _check_conv(wrong, qx, m_x, qw, None, conf) > 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(6, 40), (3, 5, 48)], ids=["linear", "distilbert-like-3d"])
-def test_linear_forward_and_layer_gradient_equal_fake(shape):
+def test_linear_forward_and_layer_gradient_equal_fake(shape, backend):
+    backend = _exact_here(backend)
     g = torch.Generator().manual_seed(2)
     x = torch.randn(*shape, generator=g) - 0.3
     lo, hi = x.min(), x.max()
     qx = fake_quant(x, 8, "nearest", lo, hi)
     qw, qb = _q(torch.randn(12, shape[-1], generator=g)), _q(torch.randn(12, generator=g))
-    assert _check_linear(integer.linear("int_mm", qx, lo, (hi - lo) / 255, qw, qb), qx, lo, qw, qb) <= 1
+    assert _check_linear(integer.linear(backend, qx, lo, (hi - lo) / 255, qw, qb), qx, lo, qw, qb) <= 1
     gy = _q(torch.randn(*shape[:-1], 12, generator=g))
-    assert _check_linear_grad(integer.linear_input_grad("int_mm", gy, qw), gy, qw) <= 1
+    assert _check_linear_grad(integer.linear_input_grad(backend, gy, qw), gy, qw) <= 1
 
 
 def test_a_3d_linear_in_training_takes_its_range_as_quantmeasure_keeps_it(monkeypatch):
