@@ -140,11 +140,10 @@ def _check_linear_grad(gx, g, w) -> float:
     return _within(gx, g @ w, ref, _bound([ref, 3 * spread], w.shape[0], prod))
 
 
-def _exact_here(backend: str) -> str:
-    """`backend` if its kernels are exact on this CPU (onednn: on VNNI CPUs), else skip."""
+def _skip_unless_exact(backend: str) -> None:
+    """Skip where `backend`'s kernels are not exact on this CPU (onednn: exact on VNNI CPUs only)."""
     if not int8_kernels.exact(backend, "cpu"):
         pytest.skip(f"{backend} is not exact on this CPU (ISA {int8_kernels.cpu_isa()})")
-    return backend
 
 
 BACKENDS = ["int_mm", "onednn"]
@@ -153,7 +152,7 @@ BACKENDS = ["int_mm", "onednn"]
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("b,c,o,h,k,stride,pad,dil,groups", CONVS)
 def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, dil, groups, backend):
-    backend = _exact_here(backend)
+    _skip_unless_exact(backend)
     qx, m_x, s_x, qw = _operands(b, c, o, h, k, groups)
     qb = _q(torch.randn(o))
     conf = ((stride,) * 2, (pad,) * 2, (dil,) * 2, groups)
@@ -175,7 +174,7 @@ def test_the_bound_sees_a_missing_border_term():
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(6, 40), (3, 5, 48)], ids=["linear", "distilbert-like-3d"])
 def test_linear_forward_and_layer_gradient_equal_fake(shape, backend):
-    backend = _exact_here(backend)
+    _skip_unless_exact(backend)
     g = torch.Generator().manual_seed(2)
     x = torch.randn(*shape, generator=g) - 0.3
     lo, hi = x.min(), x.max()
