@@ -3,6 +3,7 @@ went), on synthetic run folders in the real layout."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,31 @@ def test_timing_splits_job_wall_into_training_and_the_rest(tmp_path):
     with pytest.raises(LpdlError, match="no training benchmarks for seed"):
         pipeline_timing(tmp_path, jobs, cells, seeds=[7])
     assert t["machine"]["cores"] >= 1 and t["machine"]["cpu"] and t["computed_utc"].endswith("Z")
+
+
+def test_timing_counts_a_pack_once_and_times_a_grid_folder(tmp_path, monkeypatch):
+    """A grid's results folder (results/mini-<grid>) is timed with the grid's cells and the grouping
+    its benchmarks carry (here cells_per_job pack, not the mini default); a pack's cells record the
+    pack's wall time, which they share, so the summed training time is the pack's once."""
+    from lpdl_core.pipeline.cells.grids import load_grid
+
+    cells = load_grid("claims").cells
+    jobs = plan_jobs(cells, "mini", "pack")
+    job = next(j for j in jobs if len(j.cells) >= 2 and not j.shares)
+    a, b = job.cells[:2]
+    results = tmp_path / "results" / "mini-claims"
+    _run(results, a, 90.0, seed=2, wall=30.0, packed_with=[b])
+    _run(results, b, 80.0, seed=2, wall=30.0, packed_with=[a])
+    bench = results / "benchmarks" / "train" / job.name
+    bench.mkdir(parents=True)
+    (bench / "seed2.tsv").write_text("s\th:m:s\tmax_rss\n34.0\t0:00:34\t500\n")
+    t = pipeline_timing(results, jobs, cells)
+    assert (t["jobs"], t["runs_computed"], t["train_s"], t["outside_train_s"]) == (1, 2, 30.0, 4.0)
+    assert sorted(r["train_s"] for r in t["slowest_runs"]) == [15.0, 15.0]
+    # the command finds the grid from the folder's name and the grouping from the benchmarks
+    (tmp_path / "config").symlink_to(Path(__file__).resolve().parents[1] / "config")
+    monkeypatch.chdir(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "lpdl_core", "timing", "results/mini-claims"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["train_s"] == 30.0

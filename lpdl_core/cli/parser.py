@@ -255,10 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_models)
 
     ti = command("timing", "where a pipeline run's time went (JSON): job start-up vs training")
-    ti.add_argument("results", help="results/<profile> of a finished run")
+    ti.add_argument("results", help="results/<profile> of a finished run, or an extension grid's "
+                                    "results/<profile>-<grid> (its cells from config/extensions/<grid>.yaml)")
     ti.add_argument("--profile", choices=PROFILES, default=None, help=profile)
     ti.add_argument("--cells-per-job", choices=CELLS_PER_JOB, default=None,
-                    help="how the run grouped cells into jobs (default: block for mini, cell for paper)")
+                    help="how the run grouped cells into jobs (default: the grouping whose job names "
+                         "the benchmark folders carry)")
     ti.add_argument("--seed", type=int, action="append", help=seeds)
     ti.add_argument("--paper-dir", default=None, help=paper_dir)
     ti.add_argument("--out", type=path_arg, help=also_json)

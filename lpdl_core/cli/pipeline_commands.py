@@ -122,15 +122,17 @@ def cmd_partition_figures(a: argparse.Namespace) -> int:
 def cmd_timing(a: argparse.Namespace) -> int:
     import json
 
+    from ..pipeline.aggregation.timing import pipeline_timing, run_plan
+    from ..pipeline.cells.grids import available, grid_of_folder, load_grid
     from ..pipeline.cells.tables import load_cells
-    from ..pipeline.workflow.jobs import plan_jobs
-    from ..pipeline.aggregation.timing import pipeline_timing
 
     results = Path(a.results)
-    profile = a.profile or results.name
+    # results/<profile>[-official][-<grid>]: an extension grid's folder times the grid's jobs
+    profile = a.profile or results.name.split("-")[0]
     out_file(a.out)
-    cells = load_cells(a.paper_dir)
-    t = pipeline_timing(results, plan_jobs(cells, profile, a.cells_per_job), cells, seeds=a.seed)
+    grid = grid_of_folder(results.name, profile, available())
+    cells = load_grid(grid).cells if grid else load_cells(a.paper_dir)
+    t = pipeline_timing(results, run_plan(results, cells, profile, a.cells_per_job), cells, seeds=a.seed)
     text = json.dumps(t, indent=2)
     if a.out:
         from ..atomic import write_atomic

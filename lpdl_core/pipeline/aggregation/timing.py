@@ -5,7 +5,8 @@ results/{profile}/benchmarks/train/{job}/seed{seed}.tsv) and each run's metrics.
 seconds spent inside train(): training steps, per-epoch evaluation and the final gossip rounds).
 A job's seconds outside its runs' train() are its fixed cost: starting Python, importing torch,
 loading the data, building models and writing results. Runs recorded as another cell's run
-(`config.same_run_as`) cost nothing and are counted apart.
+(`config.same_run_as`) cost nothing and are counted apart; the cells of a pack (`config.packed_with`),
+which trained together and each record the pack's wall time, share it equally.
 """
 from __future__ import annotations
 
@@ -41,6 +42,21 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(terse=True)}
 
 
+def run_plan(results: Path, cells, profile: str, cells_per_job: str | None = None) -> list:
+    """The jobs the run of `cells` into `results` had: planned with `cells_per_job`, or, not given,
+    with the grouping (the profile's default first, then each of config.CELLS_PER_JOB) whose job
+    names the most benchmark folders under results/benchmarks/train/ carry, since a config may
+    have set any of them."""
+    from ...config import CELLS_PER_JOB
+    from ..workflow.jobs import plan_jobs
+
+    if cells_per_job:
+        return plan_jobs(cells, profile, cells_per_job)
+    plans = [plan_jobs(cells, profile, c) for c in (None, *CELLS_PER_JOB)]
+    folder = Path(results) / "benchmarks" / "train"
+    return max(plans, key=lambda jobs: sum((folder / j.name).is_dir() for j in jobs))
+
+
 def pipeline_timing(results_dir: str | Path, jobs, cells, seeds=None) -> dict:
     """jobs: lpdl_core.pipeline.workflow.jobs.plan_jobs(...) for the run; cells: the cells they hold; seeds: only
     these seeds' jobs (None: every seed found)."""
@@ -62,11 +78,13 @@ def pipeline_timing(results_dir: str | Path, jobs, cells, seeds=None) -> dict:
                     shared += 1
                     continue
                 computed += 1
-                train_s += float(m["wall_time_s"])
+                # a packed run records its whole pack's wall time: each of its cells takes a share
+                share = float(m["wall_time_s"]) / (1 + len(m.get("config", {}).get("packed_with") or ()))
+                train_s += share
                 shas[(m.get("provenance", {}).get("git_sha") or "unknown")[:12]] += 1
                 c = by_id[cid]
                 runs.append({"cell": cid, "seed": int(seed), "table": c.table, "model": c.model,
-                             "precision": c.precision, "nodes": c.nodes, "train_s": round(m["wall_time_s"], 2)})
+                             "precision": c.precision, "nodes": c.nodes, "train_s": round(share, 2)})
             wall = _bench_seconds(bench)
             job_rows.append({"job": job.name, "seed": int(seed), "wall_s": round(wall, 2), "runs": computed,
                              "shared": shared, "train_s": round(train_s, 2),
