@@ -93,7 +93,8 @@ def compute_seconds(runs: pd.DataFrame) -> float:
     pack's wall time (its cells trained together), so summing its cells would count it once per cell."""
     if not len(runs):
         return 0.0
-    packed = runs["packed_with"].astype(object).fillna("").astype(str) if "packed_with" in runs else pd.Series("", index=runs.index)
+    packed = (runs["packed_with"].astype(object).fillna("").astype(str) if "packed_with" in runs
+              else pd.Series("", index=runs.index))
     keys = pd.Series([f"{seed}|" + (";".join(sorted([cell, *p.split(";")])) if p else cell)
                       for seed, cell, p in zip(runs["seed"], runs["cell_id"], packed)], index=runs.index)
     return float(runs["wall_time_s"].fillna(0).groupby(keys).first().sum())
