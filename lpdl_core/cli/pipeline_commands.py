@@ -122,9 +122,10 @@ def cmd_partition_figures(a: argparse.Namespace) -> int:
 def cmd_timing(a: argparse.Namespace) -> int:
     import json
 
-    from ..pipeline.aggregation.timing import pipeline_timing, run_plan
+    from ..pipeline.aggregation.timing import pipeline_timing
     from ..pipeline.cells.grids import available, grid_of_folder, load_grid
     from ..pipeline.cells.tables import load_cells
+    from ..pipeline.workflow.jobs import run_plan
 
     results = Path(a.results)
     # results/<profile>[-official][-<grid>]: an extension grid's folder times the grid's jobs

@@ -42,21 +42,6 @@ def machine() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(terse=True)}
 
 
-def run_plan(results: Path, cells, profile: str, cells_per_job: str | None = None) -> list:
-    """The jobs the run of `cells` into `results` had: planned with `cells_per_job`, or, not given,
-    with the grouping (the profile's default first, then each of config.CELLS_PER_JOB) whose job
-    names the most benchmark folders under results/benchmarks/train/ carry, since a config may
-    have set any of them."""
-    from ...config import CELLS_PER_JOB
-    from ..workflow.jobs import plan_jobs
-
-    if cells_per_job:
-        return plan_jobs(cells, profile, cells_per_job)
-    plans = [plan_jobs(cells, profile, c) for c in (None, *CELLS_PER_JOB)]
-    folder = Path(results) / "benchmarks" / "train"
-    return max(plans, key=lambda jobs: sum((folder / j.name).is_dir() for j in jobs))
-
-
 def pipeline_timing(results_dir: str | Path, jobs, cells, seeds=None) -> dict:
     """jobs: lpdl_core.pipeline.workflow.jobs.plan_jobs(...) for the run; cells: the cells they hold; seeds: only
     these seeds' jobs (None: every seed found)."""

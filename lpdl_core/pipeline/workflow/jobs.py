@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from dataclasses import dataclass
 
 from ...config import CELLS_PER_JOB
@@ -81,3 +82,15 @@ def plan_jobs(cells, profile: str, cells_per_job: str | None = None) -> list[Job
         jobs.append(Job(name=name, cells=tuple(primaries + followers),
                         shares=tuple((i, shared[i]) for i in followers)))
     return jobs
+
+
+def run_plan(results: Path, cells, profile: str, cells_per_job: str | None = None) -> list:
+    """The jobs the run of `cells` into `results` had: planned with `cells_per_job`, or, not given,
+    with the grouping (the profile's default first, then each of CELLS_PER_JOB) whose job
+    names the most benchmark folders under results/benchmarks/train/ carry, since a config may
+    have set any of them."""
+    if cells_per_job:
+        return plan_jobs(cells, profile, cells_per_job)
+    plans = [plan_jobs(cells, profile, c) for c in (None, *CELLS_PER_JOB)]
+    folder = Path(results) / "benchmarks" / "train"
+    return max(plans, key=lambda jobs: sum((folder / j.name).is_dir() for j in jobs))
