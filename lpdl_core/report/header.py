@@ -93,8 +93,7 @@ def compute_seconds(runs: pd.DataFrame) -> float:
     pack's wall time (its cells trained together), so summing its cells would count it once per cell."""
     if not len(runs):
         return 0.0
-    packed = (runs["packed_with"].astype(object).fillna("").astype(str) if "packed_with" in runs
-              else pd.Series("", index=runs.index))
+    packed = runs["packed_with"].fillna("").astype(str) if "packed_with" in runs else pd.Series("", index=runs.index)
     keys = pd.Series([f"{seed}|" + (";".join(sorted([cell, *p.split(";")])) if p else cell)
                       for seed, cell, p in zip(runs["seed"], runs["cell_id"], packed)], index=runs.index)
     return float(runs["wall_time_s"].fillna(0).groupby(keys).first().sum())
@@ -160,7 +159,7 @@ def build_header(data: ReportData, *, generated_by: dict | None = None, grids_on
         warnings.append(f"{len(damaged)} cells have a run whose files cannot be used, shown as damaged with no "
                         f"number from it (`lpdl status` lists them); the first, {first['cell_id']}: "
                         f"{str(first.get('problem') or '').split(' | ')[0]}")
-    rehearsed = int((~runs["data"].astype(object).fillna("").isin(("", REAL_DATA))).sum()) if "data" in runs else 0
+    rehearsed = int((~runs["data"].fillna("").isin(("", REAL_DATA))).sum()) if "data" in runs else 0
     if rehearsed:
         warnings.append(f"{rehearsed} of {len(runs)} runs trained on rehearsal data (`lpdl rehearsal-data`: "
                         f"synthetic images and sentences in the real formats, and for text a DistilBERT with "

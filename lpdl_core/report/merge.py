@@ -101,8 +101,7 @@ def counted(runs: pd.DataFrame) -> pd.Series:
 def _once(runs: pd.DataFrame) -> pd.DataFrame:
     """runs less those recorded as the same run as another of them (same cell as primary, same seed)."""
     keys = set(zip(runs["cell_id"], runs["seed"]))
-    same = runs["same_run_as"].astype(object).fillna("")
-    dup = [bool(s) and (s, seed) in keys for s, seed in zip(same, runs["seed"])]
+    dup = [bool(s) and (s, seed) in keys for s, seed in zip(runs["same_run_as"].fillna(""), runs["seed"])]
     return runs[[not d for d in dup]]
 
 

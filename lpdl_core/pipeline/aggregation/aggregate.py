@@ -52,7 +52,7 @@ def _status(g: pd.DataFrame) -> str:
 def _cell_summary(g: pd.DataFrame) -> pd.Series:
     ok = g[g["status"] == "ok"]
     diverged = sorted(int(e) for e in g["diverged_epoch"].dropna())
-    same = sorted({s for s in g["same_run_as"].astype(object).fillna("") if s})
+    same = sorted({s for s in g["same_run_as"].fillna("") if s})
     return pd.Series({
         "seeds": len(ok), "runs": len(g), "status": _status(g),
         "reproduced": ok["mean_acc"].mean(), "reproduced_std": ok["mean_acc"].std(ddof=1),
@@ -62,7 +62,7 @@ def _cell_summary(g: pd.DataFrame) -> pd.Series:
         "diverged_at": json.dumps(diverged) if diverged else "",
         "chance": g["chance"].dropna().iloc[0] if g["chance"].notna().any() else None,
         "same_run_as": ";".join(same), "mapping": g["mapping"].iloc[0],
-        "problem": " | ".join(p for p in g["problem"].astype(object).fillna("") if p),
+        "problem": " | ".join(p for p in g["problem"].fillna("") if p),
     })
 
 

@@ -169,7 +169,7 @@ def read_runs(cells: Iterable[Cell], results_dir: str | Path, *, profile: str, s
                          "metrics_sha256": sha})
             if curve is not None:
                 curves.append(curve)
-    runs = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
+    runs = _texts(pd.DataFrame(rows, columns=list(RUN_COLUMNS)))
     curve_df = (pd.concat(curves, ignore_index=True) if curves
                 else pd.DataFrame(columns=["cell_id", "seed", *CURVE_COLUMNS]))
     return runs, curve_df
@@ -182,8 +182,17 @@ def write_frame(df: pd.DataFrame, path: str | Path, **kw) -> Path:
     return write_atomic(path, df.to_csv(index=kw.pop("index", False), lineterminator="\n", **kw))
 
 
-TEXT_COLUMNS = ("data", "same_run_as", "mapping", "diverged_at", "ran_on", "git_sha", "problem", "run_key",
-                "metrics_sha256")
+TEXT_COLUMNS = ("data", "same_run_as", "packed_with", "mapping", "diverged_at", "ran_on", "git_sha", "problem",
+                "run_key", "metrics_sha256")
+
+
+def _texts(df: pd.DataFrame) -> pd.DataFrame:
+    """df with its free-text columns as strings, "" where empty (a damaged run's row has none)."""
+    for c in TEXT_COLUMNS:
+        if c in df:
+            col = df[c]
+            df[c] = (col if pd.api.types.is_string_dtype(col) else col.astype(object)).fillna("")
+    return df
 
 
 def read_frame(path: str | Path, what: str) -> pd.DataFrame:
@@ -194,11 +203,7 @@ def read_frame(path: str | Path, what: str) -> pd.DataFrame:
         raise CorruptFile(f"{path}: missing ({what}; the aggregate step writes it)")
     try:
         head = pd.read_csv(path, nrows=0).columns
-        df = pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in head})
-        for c in TEXT_COLUMNS:
-            if c in df:
-                df[c] = df[c].fillna("")
-        return df
+        return _texts(pd.read_csv(path, dtype={c: str for c in TEXT_COLUMNS if c in head}))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise CorruptFile(f"{path}: not a readable {what} ({type(e).__name__})") from None
 
