@@ -163,6 +163,29 @@ def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, 
     assert gx.shape == qx.shape and _check_conv_grad(gx, gy, qw, qx.shape, conf) <= 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("b,c,o,h,k,stride,pad,dil,groups", CONVS)
+def test_nodes_as_one_grouped_convolution_each_on_its_own_grids(b, c, o, h, k, stride, pad, dil, groups, backend):
+    """Three nodes' convolutions as one grouped convolution (the vmap rule's form): each node's block
+    of the output, forward and layer gradient, within the bound of that node's own operands, on its
+    own grids (x's range, W's and g's own ranges: the seeds give each node different extremes)."""
+    _skip_unless_exact(backend)
+    n, conf = 3, ((stride,) * 2, (pad,) * 2, (dil,) * 2, groups)
+    nodes = [_operands(b, c, o, h, k, groups, seed=i) for i in range(n)]
+    biases = [_q(torch.randn(o, generator=torch.Generator().manual_seed(10 + i))) for i in range(n)]
+    assert len({float(m) for _, m, _, _ in nodes}) == n
+    x, w = torch.cat([v[0] for v in nodes], 1), torch.cat([v[3] for v in nodes])
+    m, s = torch.stack([v[1] for v in nodes]), torch.stack([v[2] for v in nodes])
+    y = integer.conv2d(backend, x, m, s, w, torch.cat(biases), *conf[:3], groups * n, n)
+    for i, (qx, m_x, _, qw) in enumerate(nodes):
+        assert _check_conv(y[:, i * o:(i + 1) * o], qx, m_x, qw, biases[i], conf) <= 1
+    gys = [_q(torch.randn(b, o, *y.shape[2:], generator=torch.Generator().manual_seed(20 + i)) * (i + 1))
+           for i in range(n)]
+    gx = integer.conv2d_input_grad(backend, torch.cat(gys, 1), w, list(x.shape), *conf[:3], groups * n, n)
+    for i, (qx, _, _, qw) in enumerate(nodes):
+        assert _check_conv_grad(gx[:, i * c:(i + 1) * c], gys[i], qw, qx.shape, conf) <= 1
+
+
 def test_the_bound_sees_a_missing_border_term():
     """Taking the padded zeros as grid zeros (q = 0, i.e. value m_x) is off by m_x·W at the border."""
     qx, m_x, _, qw = _operands(2, 8, 8, 9, 3, 1)
@@ -390,14 +413,21 @@ def test_twenty_training_steps_every_layer_call_equals_fake(name, monkeypatch):
             return out
         return call
 
-    monkeypatch.setattr(integer, "conv2d", checked("conv", integer.conv2d, lambda y, x, m, s, w, b, *conf:
-                                                   _check_conv(y, x, m, w, b, conf)))
-    monkeypatch.setattr(integer, "conv2d_input_grad", checked("conv_grad", integer.conv2d_input_grad,
-                                                              _check_conv_grad_args))
-    monkeypatch.setattr(integer, "linear", checked("linear", integer.linear, lambda y, x, m, s, w, b:
-                                                   _check_linear(y, x, m, w, b)))
-    monkeypatch.setattr(integer, "linear_input_grad", checked("linear_grad", integer.linear_input_grad,
-                                                              _check_linear_grad))
+    def on_grid(q, m, s):  # the 8-bit operand, s·q + m, as the fake quantizer computes it
+        return q.float().mul_(s.reshape(())).add_(m.reshape(()))
+
+    # the eager layers' integer products read their operands' grids (one node each here)
+    monkeypatch.setattr(integer, "conv2d_on_grid", checked(
+        "conv", integer.conv2d_on_grid,
+        lambda y, q, m, s, w, b, *conf: _check_conv(y, on_grid(q, m, s), m, w, b, conf[:4])))
+    monkeypatch.setattr(integer, "conv2d_input_grad_on_grid", checked(
+        "conv_grad", integer.conv2d_input_grad_on_grid,
+        lambda gx, q, m, s, w, in_shape, *conf: _check_conv_grad(gx, on_grid(q, m, s), w, in_shape, conf[:4])))
+    monkeypatch.setattr(integer, "linear_on_grid", checked(
+        "linear", integer.linear_on_grid, lambda y, q, m, s, w, b: _check_linear(y, on_grid(q, m, s), m, w, b)))
+    monkeypatch.setattr(integer, "linear_input_grad_on_grid", checked(
+        "linear_grad", integer.linear_input_grad_on_grid,
+        lambda gx, q, m, s, w: _check_linear_grad(gx, on_grid(q, m, s), w)))
     torch.manual_seed(0)
     models = {k: build_model(name, precision="int8", qcfg=QuantCfg(int8_arithmetic=k, grad_rounding="nearest"))
               for k in ("fake", "integer")}
@@ -418,10 +448,6 @@ def test_twenty_training_steps_every_layer_call_equals_fake(name, monkeypatch):
         torch.testing.assert_close(losses["integer"], losses["fake"], rtol=2.0 ** -6, atol=0)
     assert "integer (int_mm): 50% of calls" in arithmetic.taken()  # the fake model's calls are the rest
     assert all(0 < v <= 1 for v in worst.values()), worst
-
-
-def _check_conv_grad_args(gx, g, w, in_shape, *conf):
-    return _check_conv_grad(gx, g, w, in_shape, conf)
 
 
 def test_the_train_jobs_params_leave_out_rounding_only_options():

@@ -21,9 +21,15 @@ The layer gradient (backward-data) is the same algebra on the transposed convolu
         + m_g\,\mathrm{conv}^\top(\mathbb{1}_y, Q(W))
 
 and the weight gradient stays float32 (gradient bifurcation): g_W = ∂y/∂W^⊤ g_y with the float g_y.
-A linear layer is the 1×1 case (sums over its input features). The grids are read back from the
-quantized tensors (q = round((v − m)/s)), so ranges, stochastic rounding and the STE are those of
-the fake path, unchanged.
+A linear layer is the 1×1 case (sums over its input features). The eager layers hand over the
+grid levels q themselves (`QuantMeasure.levels`, `quantizer.own_range_levels`: the fake path's
+ranges, noise and rounding, stopped before dequantizing); the compiled step's form reads them back
+from the quantized tensors (q = round((v − m)/s), `conv2d`, `own_grid`). Either way the ranges,
+stochastic rounding and the STE are those of the fake path, unchanged.
+
+Speed (`_standard`, `_window_sums`, `_combined`): the kernel's output is brought to the standard
+layout once and the terms are added in place; n nodes run as one grouped product (`nodes`), as
+the batched executor's vmap rule calls them.
 """
 from __future__ import annotations
 
@@ -37,49 +43,100 @@ LEVELS = 255
 
 
 def grid(v: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """q ∈ {0..255} (uint8) with v = s·q + m up to float rounding."""
-    return torch.round((v - m) / s).clamp_(0, LEVELS).to(torch.uint8)
+    """q ∈ {0..255} (uint8) with v = s·q + m up to float rounding (one temporary, then in place)."""
+    return torch.sub(v, m).div_(s).round_().clamp_(0, LEVELS).to(torch.uint8)
 
 
-def own_grid(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q, s, m) of a tensor quantized over its own range: its minimum is on the grid (q = 0)."""
-    lo, hi = torch.aminmax(v)
+def own_grid(v: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, s, m) of a tensor quantized over its own range: its minimum is on the grid (q = 0).
+    nodes > 1: v's channels (dim 1) are `nodes` blocks, each over its own range; s, m (nodes,)."""
+    if nodes == 1:
+        lo, hi = torch.aminmax(v)
+    else:
+        blocks = v.unflatten(1, (nodes, -1)).transpose(0, 1).reshape(nodes, -1)
+        lo, hi = torch.aminmax(blocks, dim=1)
     s = quant_scale(lo, hi, 8)
-    return grid(v, lo, s), s, lo
+    if nodes == 1:
+        return grid(v, lo, s), s, lo
+    return grid(v, _per_node(lo, nodes, v.shape[1]), _per_node(s, nodes, v.shape[1])), s, lo
 
 
-def _weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Q(W) = s_w·w8 + m'_w: (w8 int8, s_w, m'_w)."""
-    q, s, m = own_grid(w)
-    return (q.to(torch.int16) - SHIFT).to(torch.int8), s, m + SHIFT * s
+def _weight(w: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q(W) = s_w·w8 + m'_w, each of w's `nodes` blocks (along dim 0) over its own range:
+    (w8 int8, s_w (nodes,), m'_w (nodes,))."""
+    rows = w.reshape(nodes, -1)
+    lo, hi = torch.aminmax(rows, dim=1)
+    s = quant_scale(lo, hi, 8)
+    q = grid(rows, lo[:, None], s[:, None])
+    return (q.to(torch.int16) - SHIFT).to(torch.int8).view_as(w), s, lo + SHIFT * s
+
+
+def _per_node(v: torch.Tensor, nodes: int, channels: int) -> torch.Tensor:
+    """One value per node (nodes,) as one per channel, (1, channels, 1, 1): node i's on block i."""
+    return v.reshape(nodes, 1).expand(nodes, channels // nodes).reshape(1, channels, 1, 1)
 
 
 def _per_group(t: torch.Tensor, groups: int, dim: int = 1) -> torch.Tensor:
     """Sum of t's channels within each of `groups` groups (float32; integer-valued stays exact)."""
     shape = t.shape
-    return t.float().reshape(*shape[:dim], groups, shape[dim] // groups, *shape[dim + 1:]).sum(dim + 1)
+    return t.reshape(*shape[:dim], groups, shape[dim] // groups, *shape[dim + 1:]).sum(dim + 1, dtype=torch.float32)
 
 
-def _expand(t: torch.Tensor, groups: int, channels: int) -> torch.Tensor:
-    """(B, G, ...) -> (B, channels, ...): each group's value on its channels."""
-    return t.repeat_interleave(channels // groups, dim=1) if groups > 1 else t.expand(-1, channels, *t.shape[2:])
+def _standard(acc: torch.Tensor) -> torch.Tensor:
+    """A kernel's output as float32 in the standard (contiguous) layout: oneDNN writes channels
+    last, and the in-place terms that follow, and the layers after, run faster on one layout."""
+    return acc.to(torch.float32, memory_format=torch.contiguous_format)
+
+
+def _window_sums(t: torch.Tensor, kernel_hw, stride, padding, dilation) -> torch.Tensor:
+    """Each channel of t summed over every window of a (zero-padded) convolution: conv(t, 1)
+    channel by channel. Summing pooling where it applies (a one-channel convolution runs slowly
+    here); integer-valued sums below 2^24 are exact either way."""
+    if tuple(dilation) == (1, 1) and all(2 * p <= k for p, k in zip(padding, kernel_hw)):
+        return F.avg_pool2d(t, kernel_hw, stride, padding, count_include_pad=True, divisor_override=1)
+    ones = t.new_ones(t.shape[1], 1, *kernel_hw)
+    return F.conv2d(t, ones, None, stride, padding, dilation, t.shape[1])
+
+
+def _combined(acc: torch.Tensor, s: torch.Tensor, box: torch.Tensor, c_box: torch.Tensor,
+              offset: torch.Tensor, groups: int) -> torch.Tensor:
+    """s·acc + c_box·box + offset, written over acc (a fresh float32 tensor, `_standard`): s per
+    channel (1, O, 1, 1); box (B, G, H, W), times c_box per group (1, G, 1, 1), adds each group's
+    window sums to that group's channels; offset (1, O, H, W) adds to every sample. In place, so
+    no full-size temporaries."""
+    acc.mul_(s)
+    acc.unflatten(1, (groups, -1)).add_(box.mul_(c_box).unsqueeze(2))
+    return acc.add_(offset)
 
 
 def conv2d(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
-           b: torch.Tensor | None, stride, padding, dilation, groups: int) -> torch.Tensor:
-    """conv2d(x, w, b) of an 8-bit x on grid (m_x, s_x) and own-range 8-bit w and b."""
-    kernel = KERNELS[backend]
-    m_x, s_x = m_x.reshape(()), s_x.reshape(())  # one range (kept at x's rank by QuantMeasure)
-    q_x = grid(x, m_x, s_x)
-    w8, s_w, m_w = _weight(w)
-    o, _, kh, kw = w.shape
-    acc = kernel.conv(q_x, w8, stride, padding, dilation, groups).float()
-    ones = torch.ones(groups, 1, kh, kw, device=x.device)
-    box = F.conv2d(_per_group(q_x, groups), ones, None, stride, padding, dilation, groups)  # conv(q_x, 1)
-    mask = torch.ones(1, 1, *x.shape[2:], device=x.device)
+           b: torch.Tensor | None, stride, padding, dilation, groups: int, nodes: int = 1) -> torch.Tensor:
+    """conv2d(x, w, b) of an 8-bit x on grid (m_x, s_x) and own-range 8-bit w and b (`nodes`
+    blocks as in `conv2d_on_grid`, node i's x on grid m_x[i], s_x[i])."""
+    m_x, s_x = m_x.reshape(nodes), s_x.reshape(nodes)
+    c = x.shape[1]
+    q_x = grid(x, _per_node(m_x, nodes, c), _per_node(s_x, nodes, c))
+    return conv2d_on_grid(backend, q_x, m_x, s_x, w, b, stride, padding, dilation, groups, nodes)
+
+
+def conv2d_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
+                   b: torch.Tensor | None, stride, padding, dilation, groups: int, nodes: int = 1) -> torch.Tensor:
+    """conv2d(Q(x), w, b) given x's grid levels q_x (uint8), Q(x) = s_x·q_x + m_x.
+
+    nodes > 1: `nodes` nodes' convolutions as one grouped convolution (the vmap rule's form):
+    node i holds block i of q_x's channels (its grid m_x[i], s_x[i]), of w's output channels (its
+    own range) and of the `groups` groups."""
+    m_x, s_x = m_x.reshape(nodes), s_x.reshape(nodes)
+    w8, s_w, m_w = _weight(w, nodes)
+    o = w.shape[0]
+    acc = _standard(KERNELS[backend].conv(q_x, w8, stride, padding, dilation, groups))
+    box = _window_sums(_per_group(q_x, groups), w.shape[2:], stride, padding, dilation)  # conv(q_x, 1)
+    mask = torch.ones(1, 1, *q_x.shape[2:], device=q_x.device)
     border = F.conv2d(mask, w.sum(1, keepdim=True), None, stride, padding, dilation)  # conv(𝟙, Q(W))
-    y = (s_x * s_w) * acc + (s_x * m_w) * _expand(box, groups, o) + m_x * border
-    return y if b is None else y + b.view(1, -1, 1, 1)
+    offset = border.mul_(_per_node(m_x, nodes, o))
+    if b is not None:
+        offset.add_(b.view(1, -1, 1, 1))
+    return _combined(acc, _per_node(s_x * s_w, nodes, o), box, _per_node(s_x * m_w, nodes, groups), offset, groups)
 
 
 def _transposed_input(t: torch.Tensor, in_hw, kernel_hw, stride, padding, dilation) -> torch.Tensor:
@@ -99,6 +156,16 @@ def _transposed_input(t: torch.Tensor, in_hw, kernel_hw, stride, padding, dilati
     return F.pad(t, pads)
 
 
+def _laid_out(t: torch.Tensor, in_hw, kernel_hw, stride, padding, dilation):
+    """(t', p'): the input gradient is a stride-1 convolution of t' padded by p'. At stride 1 the
+    layout only pads each border by d(k − 1) − p on both sides, so t' = t and the convolution pads
+    (no copy); otherwise t' = `_transposed_input` and p' = 0."""
+    leads = tuple(d * (k - 1) - p for k, p, d in zip(kernel_hw, padding, dilation))
+    if tuple(stride) == (1, 1) and min(leads) >= 0:
+        return t, leads
+    return _transposed_input(t, in_hw, kernel_hw, stride, padding, dilation), (0, 0)
+
+
 def _flip_t(w: torch.Tensor, groups: int) -> torch.Tensor:
     """(O, C/G, kh, kw) -> (C, O/G, kh, kw), spatially flipped: the transposed convolution's weight."""
     o, cg, kh, kw = w.shape
@@ -107,41 +174,65 @@ def _flip_t(w: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def conv2d_input_grad(backend: str, g: torch.Tensor, w: torch.Tensor, in_shape, stride, padding, dilation,
-                      groups: int) -> torch.Tensor:
-    """conv2d's input gradient for an own-range 8-bit g and w: conv^T(Q(g), Q(W))."""
-    q_g, s_g, m_g = own_grid(g)
-    w8, s_w, m_w = _weight(w)
+                      groups: int, nodes: int = 1) -> torch.Tensor:
+    """conv2d's input gradient for an own-range 8-bit g and w: conv^T(Q(g), Q(W)) (`nodes` blocks
+    as in `conv2d_on_grid`, each node's g over its own range)."""
+    q_g, s_g, m_g = own_grid(g, nodes)
+    return conv2d_input_grad_on_grid(backend, q_g, m_g, s_g, w, in_shape, stride, padding, dilation, groups,
+                                      nodes)
+
+
+def conv2d_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor, s_g: torch.Tensor,
+                              w: torch.Tensor, in_shape, stride, padding, dilation, groups: int,
+                              nodes: int = 1) -> torch.Tensor:
+    """conv^T(Q(g), Q(W)) given g's grid levels q_g (uint8), Q(g) = s_g·q_g + m_g; `nodes` blocks
+    as in `conv2d_on_grid` (in_shape: all nodes' input, its channels in node blocks)."""
+    m_g, s_g = m_g.reshape(nodes), s_g.reshape(nodes)
+    w8, s_w, m_w = _weight(w, nodes)
     c, kw_ = in_shape[1], tuple(w.shape[2:])
-    kh, kw = kw_
-    spread = _transposed_input(q_g, in_shape[2:], kw_, stride, padding, dilation)
-    acc = KERNELS[backend].conv(spread, _flip_t(w8, groups), (1, 1), (0, 0), dilation, groups).float()
-    ones = torch.ones(groups, 1, kh, kw, device=g.device)
-    box = F.conv2d(_transposed_input(_per_group(q_g, groups), in_shape[2:], kw_, stride, padding, dilation),
-                   ones, None, 1, 0, dilation, groups)                                 # conv^T(q_g, 1)
-    ones_y = torch.ones(1, 1, *g.shape[2:], device=g.device)
+    lay = (in_shape[2:], kw_, stride, padding, dilation)
+    spread, pad = _laid_out(q_g, *lay)
+    acc = _standard(KERNELS[backend].conv(spread, _flip_t(w8, groups), (1, 1), pad, dilation, groups))
+    sums, pad = _laid_out(_per_group(q_g, groups), *lay)
+    box = _window_sums(sums, kw_, (1, 1), pad, dilation)                               # conv^T(q_g, 1)
+    ones_y, pad = _laid_out(torch.ones(1, 1, *q_g.shape[2:], device=q_g.device), *lay)
     wsum = _flip_t(w, groups).sum(1, keepdim=True)                                     # (C, 1, kh, kw)
-    border = F.conv2d(_transposed_input(ones_y, in_shape[2:], kw_, stride, padding, dilation), wsum, None,
-                      1, 0, dilation)                                                  # conv^T(𝟙_y, Q(W))
-    return (s_g * s_w) * acc + (s_g * m_w) * _expand(box, groups, c) + m_g * border
+    border = F.conv2d(ones_y, wsum, None, 1, pad, dilation)                           # conv^T(𝟙_y, Q(W))
+    return _combined(acc, _per_node(s_g * s_w, nodes, c), box, _per_node(s_g * m_w, nodes, groups),
+                     border.mul_(_per_node(m_g, nodes, c)), groups)
 
 
 def linear(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
            b: torch.Tensor | None) -> torch.Tensor:
     """x @ w^T + b of an 8-bit x (…, K) on grid (m_x, s_x) and own-range 8-bit w (O, K) and b."""
     m_x, s_x = m_x.reshape(()), s_x.reshape(())  # one range (kept at x's rank by QuantMeasure)
-    q_x = grid(x.reshape(-1, x.shape[-1]), m_x, s_x)
+    return linear_on_grid(backend, grid(x, m_x, s_x), m_x, s_x, w, b)
+
+
+def linear_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
+                   b: torch.Tensor | None) -> torch.Tensor:
+    """Q(x) @ w^T + b given x's grid levels q_x (uint8, (…, K)), Q(x) = s_x·q_x + m_x."""
+    m_x, s_x = m_x.reshape(()), s_x.reshape(())
+    q2 = q_x.reshape(-1, q_x.shape[-1])
     w8, s_w, m_w = _weight(w)
-    acc = KERNELS[backend].mm(q_x, w8.t()).float()
-    y = (s_x * s_w) * acc + (s_x * m_w) * q_x.sum(1, keepdim=True, dtype=torch.float32) + m_x * w.sum(1)
-    y = y.view(*x.shape[:-1], w.shape[0])
+    acc = KERNELS[backend].mm(q2, w8.t()).float()
+    y = (s_x * s_w) * acc + (s_x * m_w) * q2.sum(1, keepdim=True, dtype=torch.float32) + m_x * w.sum(1)
+    y = y.view(*q_x.shape[:-1], w.shape[0])
     return y if b is None else y + b
 
 
 def linear_input_grad(backend: str, g: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Q(g) @ Q(W) for an own-range 8-bit g (…, O) and w (O, K)."""
-    q_g, s_g, m_g = own_grid(g.reshape(-1, g.shape[-1]))
-    w8, s_w, m_w = _weight(w)
-    acc = KERNELS[backend].mm(q_g, w8).float()
-    gx = (s_g * s_w) * acc + (s_g * m_w) * q_g.sum(1, keepdim=True, dtype=torch.float32) + m_g * w.sum(0)
-    return gx.view(*g.shape[:-1], w.shape[1])
+    q_g, s_g, m_g = own_grid(g)
+    return linear_input_grad_on_grid(backend, q_g, m_g, s_g, w)
 
+
+def linear_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor, s_g: torch.Tensor,
+                              w: torch.Tensor) -> torch.Tensor:
+    """Q(g) @ Q(W) given g's grid levels q_g (uint8, (…, O)), Q(g) = s_g·q_g + m_g."""
+    m_g, s_g = m_g.reshape(()), s_g.reshape(())
+    q2 = q_g.reshape(-1, q_g.shape[-1])
+    w8, s_w, m_w = _weight(w)
+    acc = KERNELS[backend].mm(q2, w8).float()
+    gx = (s_g * s_w) * acc + (s_g * m_w) * q2.sum(1, keepdim=True, dtype=torch.float32) + m_g * w.sum(0)
+    return gx.view(*q_g.shape[:-1], w.shape[1])

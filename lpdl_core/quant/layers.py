@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import arithmetic, fused, int8_ops, traced
+from . import arithmetic, fused, int8_compiled, int8_ops, traced
 from .params import OwnRangeParams
-from .quantizer import QuantCfg, eager_apply, own_range_quant, quant_scale, quantize, quantize_grad
+from .quantizer import (QuantCfg, eager_apply, levels, own_range_quant, quant_scale, quantize, quantize_grad,
+                        rank_of)
 
 
 class QuantMeasure(nn.Module):
@@ -56,24 +57,37 @@ class QuantMeasure(nn.Module):
         q = self.qcfg
         if self.training and fused.active() and not grid:  # range, running update, Q(x): one kernel
             return fused.measured(x, self.running_min, self.running_max, q.bits, q.act_rounding, q.momentum), None
-        if self.training:
-            with torch.no_grad():
-                # per-sample min and max (amin and amax: aminmax(dim=1), one op, measured 10x
-                # slower on the CPU) and their batch means, kept at x's rank (1, ..., 1) so that no
-                # op re-views them: min and max are exact, and the mean of a (B, 1, ..., 1) tensor
-                # over dim 0 reduces the same B values in the same order as that of a (B,) tensor
-                rest = tuple(range(1, x.dim()))
-                x_min = x.amin(rest, keepdim=True).mean(0, keepdim=True)
-                x_max = x.amax(rest, keepdim=True).mean(0, keepdim=True)
-                m = self.qcfg.momentum
-                self.running_min.mul_(m).add_(x_min.view(1) * (1 - m))
-                self.running_max.mul_(m).add_(x_max.view(1) * (1 - m))
-            rounding = self.qcfg.act_rounding
-        else:
-            x_min, x_max = self.running_min, self.running_max
-            rounding = self.qcfg.eval_rounding
+        x_min, x_max, rounding = self._range(x)
         on_grid = (x_min.detach(), quant_scale(x_min.detach(), x_max.detach(), q.bits)) if grid else None
         return quantize(x, self.qcfg.bits, rounding, x_min, x_max), on_grid
+
+    def levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q_x, x_min, s) with Q(x) = s·q_x + x_min, q_x the grid levels as uint8: what an eager
+        integer product reads (no Q(x) in float32, and no STE here: the product's Function carries it)."""
+        x_min, x_max, rounding = self._range(x)
+        lo, hi = rank_of(x_min.detach(), x), rank_of(x_max.detach(), x)
+        s = quant_scale(lo, hi, self.qcfg.bits)
+        with torch.no_grad():
+            q_x = levels(x.detach(), lo, s, self.qcfg.bits, rounding).to(torch.uint8)
+        return q_x, lo, s
+
+    def _range(self, x: torch.Tensor):
+        """(x_min, x_max, rounding) of this call: in training the batch's, the running range
+        updated; at eval the running range."""
+        if not self.training:
+            return self.running_min, self.running_max, self.qcfg.eval_rounding
+        with torch.no_grad():
+            # per-sample min and max (amin and amax: aminmax(dim=1), one op, measured 10x
+            # slower on the CPU) and their batch means, kept at x's rank (1, ..., 1) so that no
+            # op re-views them: min and max are exact, and the mean of a (B, 1, ..., 1) tensor
+            # over dim 0 reduces the same B values in the same order as that of a (B,) tensor
+            rest = tuple(range(1, x.dim()))
+            x_min = x.amin(rest, keepdim=True).mean(0, keepdim=True)
+            x_max = x.amax(rest, keepdim=True).mean(0, keepdim=True)
+            m = self.qcfg.momentum
+            self.running_min.mul_(m).add_(x_min.view(1) * (1 - m))
+            self.running_max.mul_(m).add_(x_max.view(1) * (1 - m))
+        return x_min, x_max, self.qcfg.act_rounding
 
 
 class _BifurcatedConv(torch.autograd.Function):
@@ -161,11 +175,17 @@ class _QuantizedOperands(OwnRangeParams):
         return self.quantize_input(x), self.own_range(self.weight), self.own_range(self.bias)
 
     def integer_operands(self, x: torch.Tensor):
-        """(the integer kernel backend or None, Q(x), x's grid or None, Q(W), Q(b)) for this call."""
+        """(the integer kernel backend or None, the input operand, Q(W), Q(b)) for this call. The
+        input operand: x's grid (q_x, x_min, s) in an eager integer product; (Q(x), x_min, s) in a
+        compiled one (inductor fuses the float32 chain); (Q(x),) in a fake product."""
         q = self.qcfg
         kernel = arithmetic.backend(q.int8_arithmetic, q.bits, q.grad_bits, x)
-        qx, grid = self.quantize_input.quantized(x, grid=kernel is not None)
-        return kernel, qx, grid, self.own_range(self.weight), self.own_range(self.bias)
+        if kernel is not None and not traced.active():
+            operand = self.quantize_input.levels(x)
+        else:
+            qx, grid = self.quantize_input.quantized(x, grid=kernel is not None)
+            operand = (qx, *grid) if grid else (qx,)
+        return kernel, operand, self.own_range(self.weight), self.own_range(self.bias)
 
 
 class QConv2d(_QuantizedOperands, nn.Conv2d):
@@ -179,16 +199,16 @@ class QConv2d(_QuantizedOperands, nn.Conv2d):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel, qx, grid, qw, qb = self.integer_operands(x)
+        kernel, operand, qw, qb = self.integer_operands(x)
         q = self.qcfg
         if kernel is not None and traced.active():  # the compiled step's form
-            return int8_ops.int8_bifurcated_conv2d(kernel, qx, *grid, qw, qb, traced.noise_key(x.device),
+            return int8_compiled.int8_bifurcated_conv2d(kernel, *operand, qw, qb, traced.noise_key(x.device),
                                                    list(self.stride), list(self.padding), list(self.dilation),
                                                    self.groups, q.grad_bits, q.grad_rounding, 1)
         if kernel is not None:  # exact integer products (lpdl_core.quant.integer)
-            return _int_conv(kernel, qx, *grid, qw, qb, self.stride, self.padding, self.dilation, self.groups,
+            return _int_conv(kernel, x, *operand, qw, qb, self.stride, self.padding, self.dilation, self.groups,
                              q.grad_bits, q.grad_rounding)
-        return _conv_apply(qx, qw, qb, self.stride, self.padding, self.dilation,
+        return _conv_apply(*operand, qw, qb, self.stride, self.padding, self.dilation,
                            self.groups, q.grad_bits, q.grad_rounding)
 
 
@@ -201,14 +221,14 @@ class QLinear(_QuantizedOperands, nn.Linear):
         self.quantize_input = QuantMeasure(qcfg)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel, qx, grid, qw, qb = self.integer_operands(x)
+        kernel, operand, qw, qb = self.integer_operands(x)
         q = self.qcfg
         if kernel is not None and traced.active():  # the compiled step's form
-            return int8_ops.int8_bifurcated_linear(kernel, qx, *grid, qw, qb, traced.noise_key(x.device),
+            return int8_compiled.int8_bifurcated_linear(kernel, *operand, qw, qb, traced.noise_key(x.device),
                                                    q.grad_bits, q.grad_rounding, False)
         if kernel is not None:
-            return _int_linear(kernel, qx, *grid, qw, qb, q.grad_bits, q.grad_rounding)
-        return _linear_apply(qx, qw, qb, q.grad_bits, q.grad_rounding)
+            return _int_linear(kernel, x, *operand, qw, qb, q.grad_bits, q.grad_rounding)
+        return _linear_apply(*operand, qw, qb, q.grad_bits, q.grad_rounding)
 
 
 class Add(nn.Module):

@@ -111,7 +111,7 @@ def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:
     return t.add_(lanes.view(t.shape), alpha=2.0 ** -16)
 
 
-def _rank_of(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def rank_of(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """A per-tensor range r (one element) shaped to x's rank. Under vmap this saves the batching
     rules' re-views and scalar copies in every op that broadcasts r (same values, same arithmetic)."""
     return r.reshape((1,) * x.dim()) if r.numel() == 1 and r.dim() != x.dim() else r
@@ -129,7 +129,7 @@ def fake_quant(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
         lo, hi = torch.aminmax(x.detach() if x.requires_grad else x, keepdim=True)
         x_min = lo if x_min is None else x_min
         x_max = hi if x_max is None else x_max
-    x_min, x_max = _rank_of(x_min, x), _rank_of(x_max, x)
+    x_min, x_max = rank_of(x_min, x), rank_of(x_max, x)
     return dequantized(x, x_min, quant_scale(x_min, x_max, bits), bits, rounding)
 
 
@@ -138,17 +138,31 @@ def quant_scale(x_min: torch.Tensor, x_max: torch.Tensor, bits: int) -> torch.Te
     return ((x_max - x_min) / (2.0 ** bits - 1.0)).clamp(min=1e-8)
 
 
-def dequantized(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits: int,
-                rounding: str) -> torch.Tensor:
-    """round(clamp((x - x_min)/s [+ ξ], 0, 2**bits - 1))·s + x_min: `fake_quant` given its range
-    and step (each broadcastable to x; a new tensor)."""
-    levels = 2.0 ** bits - 1.0
+def levels(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
+    """q = round(clamp((x - x_min)/s [+ ξ], 0, 2**bits - 1)): x's grid levels, integers held in
+    float32 (a new tensor; `dequantized` is q·s + x_min)."""
     t = (x - x_min).div_(scale)  # a fused x*(1/s) - min/s differs in the last bit at .5 ties
     if rounding == "stochastic":
         t = _add_uniform_noise_(t)  # official order: noise, then clamp, then round
     # in place except under vmap, which has no batching rule for clamp_
-    t = t.clamp(0.0, levels) if functorch_wrapped(t) else t.clamp_(0.0, levels)
-    return t.round_().mul_(scale).add_(x_min)
+    top = 2.0 ** bits - 1.0
+    t = t.clamp(0.0, top) if functorch_wrapped(t) else t.clamp_(0.0, top)
+    return t.round_()
+
+
+def dequantized(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits: int,
+                rounding: str) -> torch.Tensor:
+    """round(clamp((x - x_min)/s [+ ξ], 0, 2**bits - 1))·s + x_min: `fake_quant` given its range
+    and step (each broadcastable to x; a new tensor)."""
+    return levels(x, x_min, scale, bits, rounding).mul_(scale).add_(x_min)
+
+
+def own_range_levels(x: torch.Tensor, bits: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, s, x_min) with Q(x) = q·s + x_min over x's own range: `fake_quant`'s arithmetic and
+    noise, stopped before the dequantization (an integer product reads q; lpdl_core.quant.integer)."""
+    lo, hi = torch.aminmax(x.detach() if x.requires_grad else x)
+    s = quant_scale(lo, hi, bits)
+    return levels(x, lo, s, bits, rounding), s, lo
 
 
 def own_range_quant(x: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
