@@ -24,7 +24,7 @@ ROOT = Path(lpdl_core.__file__).parent
 LAYERS = ("foundation", "blocks", "training", "pipeline", "report", "entry")
 TOP = {"config": "foundation", "errors": "foundation", "atomic": "foundation", "bounded": "foundation",
        "compat": "foundation", "run_options": "foundation", "specs": "foundation", "provenance": "foundation",
-       "rehearsal_mark": "foundation", "decentral": "blocks",
+       "rehearsal_mark": "foundation", "compile_cache": "foundation", "decentral": "blocks",
        "models": "blocks", "quant": "blocks",
        "data": "blocks", "training": "training", "pipeline": "pipeline", "report": "report", "cli": "entry",
        "__main__": "entry"}

@@ -42,6 +42,8 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
+from ..compile_cache import use_versioned_cache
+
 _ACTIVE = False
 
 
@@ -96,6 +98,7 @@ def _compiled(chain, lead: int, bits: int, stochastic: bool):
     """chain compiled once per process for these settings."""
     def fn(x, *tensors, **floats):
         return chain(x, *tensors, lead=lead, bits=bits, stochastic=stochastic, **floats)
+    use_versioned_cache()
     compiled = torch.compile(fn, dynamic=True, fullgraph=True)
 
     def call(*args, **kwargs):

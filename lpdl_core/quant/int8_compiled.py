@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import integer
-from .int8_ops import _conv_size, int8_conv2d_input_grad, int8_linear_input_grad
+from .int8_ops import conv_size, int8_conv2d_input_grad, int8_linear_input_grad
 
 
 
@@ -34,7 +34,7 @@ def int8_bifurcated_conv2d(backend: str, x: Tensor, m_x: Tensor, s_x: Tensor, w:
 
 @int8_bifurcated_conv2d.register_fake
 def _(backend, x, m_x, s_x, w, b, key, stride, padding, dilation, groups, grad_bits, rounding, nodes):
-    hw = [_conv_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
+    hw = [conv_size(x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
     return x.new_empty(x.shape[0], w.shape[0], *hw)
 
 

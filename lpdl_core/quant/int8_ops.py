@@ -27,7 +27,7 @@ from . import integer
 from .quantizer import own_range_levels
 
 
-def _conv_size(size: int, k: int, s: int, p: int, d: int) -> int:
+def conv_size(size: int, k: int, s: int, p: int, d: int) -> int:
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
@@ -66,7 +66,7 @@ def int8_conv2d(backend: str, q_x: Tensor, m_x: Tensor, s_x: Tensor, w: Tensor, 
 
 @int8_conv2d.register_fake
 def _(backend, q_x, m_x, s_x, w, b, stride, padding, dilation, groups, nodes):
-    hw = [_conv_size(q_x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
+    hw = [conv_size(q_x.shape[2 + i], w.shape[2 + i], stride[i], padding[i], dilation[i]) for i in range(2)]
     return w.new_empty(q_x.shape[0], w.shape[0], *hw)
 
 

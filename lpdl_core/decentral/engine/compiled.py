@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_map_only
 
+from ...compile_cache import use_versioned_cache
 from ...config import COMPILE_MODES
 from ...specs.executors import COMPILABLE_EXECUTORS, executor_spec
 from .. import optim
@@ -102,6 +103,7 @@ class CompiledStep:
             self._two_graphs()
 
     def _compile(self, f):
+        use_versioned_cache()
         return torch.compile(f, fullgraph=True, dynamic=False, mode=self.mode)
 
     def _two_graphs(self) -> None:
