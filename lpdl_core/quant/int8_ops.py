@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import integer
-from .quantizer import own_range_levels
+from .quantizer import from_levels, own_range_levels
 
 
 def conv_size(size: int, k: int, s: int, p: int, d: int) -> int:
@@ -134,12 +134,6 @@ def _(info, in_dims, *args):
     return _per_node(int8_linear_input_grad, info, in_dims, *args)
 
 
-def _dequantized(q: Tensor, m: Tensor, s: Tensor) -> Tensor:
-    """Q = s·q + m from grid levels q (uint8): the same float32 arithmetic as the fake quantizer's
-    last two steps, so the same values."""
-    return q.to(s.dtype).mul_(s).add_(m)
-
-
 def _grad_grid(g: Tensor, grad_bits: int, grad_rounding: str) -> tuple[Tensor, Tensor, Tensor]:
     """(q_g uint8, m_g, s_g): the layer gradient's 8-bit grid over its own range, by the fake
     quantizer's arithmetic and noise (quantizer.own_range_levels), with no dequantization."""
@@ -176,7 +170,7 @@ class IntConv(torch.autograd.Function):
                                         list(q_x.shape), stride, padding, dilation, groups, 1)
         if ctx.needs_input_grad[5] or (has_bias and ctx.needs_input_grad[6]):
             _, gw, gb = torch.ops.aten.convolution_backward(
-                g, _dequantized(q_x, m_x, s_x), w, [w.shape[0]] if has_bias else None, stride, padding, dilation,
+                g, from_levels(q_x, m_x, s_x), w, [w.shape[0]] if has_bias else None, stride, padding, dilation,
                 False, [0, 0], groups, [False, True, has_bias])
         return None, gx, None, None, None, gw, gb, None, None, None, None, None, None
 
@@ -204,7 +198,7 @@ class IntLinear(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             gx = int8_linear_input_grad(backend, *_grad_grid(g, grad_bits, grad_rounding), w.detach())
         if ctx.needs_input_grad[5]:
-            x = _dequantized(q_x, m_x, s_x)
+            x = from_levels(q_x, m_x, s_x)
             gw = g.reshape(-1, g.shape[-1]).transpose(0, 1) @ x.reshape(-1, x.shape[-1])
         if has_bias and ctx.needs_input_grad[6]:
             gb = g.reshape(-1, g.shape[-1]).sum(0)

@@ -47,31 +47,32 @@ def grid(v: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return torch.sub(v, m).div_(s).round_().clamp_(0, LEVELS).to(torch.uint8)
 
 
+def _block_ranges(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(minimum, step) of each row of blocks (k, ·): k tensors each on its own 8-bit range."""
+    lo, hi = torch.aminmax(blocks, dim=1)
+    return lo, quant_scale(lo, hi, 8)
+
+
 def own_grid(v: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, s, m) of a tensor quantized over its own range: its minimum is on the grid (q = 0).
     nodes > 1: v's channels (dim 1) are `nodes` blocks, each over its own range; s, m (nodes,)."""
     if nodes == 1:
-        lo, hi = torch.aminmax(v)
-    else:
-        blocks = v.unflatten(1, (nodes, -1)).transpose(0, 1).reshape(nodes, -1)
-        lo, hi = torch.aminmax(blocks, dim=1)
-    s = quant_scale(lo, hi, 8)
-    if nodes == 1:
-        return grid(v, lo, s), s, lo
-    return grid(v, _per_node(lo, nodes, v.shape[1]), _per_node(s, nodes, v.shape[1])), s, lo
+        lo, s = _block_ranges(v.reshape(1, -1))
+        return grid(v, lo.reshape(()), s.reshape(())), s, lo
+    lo, s = _block_ranges(v.unflatten(1, (nodes, -1)).transpose(0, 1).reshape(nodes, -1))
+    return grid(v, _by_channel(lo, nodes, v.shape[1]), _by_channel(s, nodes, v.shape[1])), s, lo
 
 
 def _weight(w: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Q(W) = s_w·w8 + m'_w, each of w's `nodes` blocks (along dim 0) over its own range:
     (w8 int8, s_w (nodes,), m'_w (nodes,))."""
     rows = w.reshape(nodes, -1)
-    lo, hi = torch.aminmax(rows, dim=1)
-    s = quant_scale(lo, hi, 8)
+    lo, s = _block_ranges(rows)
     q = grid(rows, lo[:, None], s[:, None])
     return (q.to(torch.int16) - SHIFT).to(torch.int8).view_as(w), s, lo + SHIFT * s
 
 
-def _per_node(v: torch.Tensor, nodes: int, channels: int) -> torch.Tensor:
+def _by_channel(v: torch.Tensor, nodes: int, channels: int) -> torch.Tensor:
     """One value per node (nodes,) as one per channel, (1, channels, 1, 1): node i's on block i."""
     return v.reshape(nodes, 1).expand(nodes, channels // nodes).reshape(1, channels, 1, 1)
 
@@ -115,7 +116,7 @@ def conv2d(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, 
     blocks as in `conv2d_on_grid`, node i's x on grid m_x[i], s_x[i])."""
     m_x, s_x = m_x.reshape(nodes), s_x.reshape(nodes)
     c = x.shape[1]
-    q_x = grid(x, _per_node(m_x, nodes, c), _per_node(s_x, nodes, c))
+    q_x = grid(x, _by_channel(m_x, nodes, c), _by_channel(s_x, nodes, c))
     return conv2d_on_grid(backend, q_x, m_x, s_x, w, b, stride, padding, dilation, groups, nodes)
 
 
@@ -133,10 +134,10 @@ def conv2d_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torc
     box = _window_sums(_per_group(q_x, groups), w.shape[2:], stride, padding, dilation)  # conv(q_x, 1)
     mask = torch.ones(1, 1, *q_x.shape[2:], device=q_x.device)
     border = F.conv2d(mask, w.sum(1, keepdim=True), None, stride, padding, dilation)  # conv(𝟙, Q(W))
-    offset = border.mul_(_per_node(m_x, nodes, o))
+    offset = border.mul_(_by_channel(m_x, nodes, o))
     if b is not None:
         offset.add_(b.view(1, -1, 1, 1))
-    return _combined(acc, _per_node(s_x * s_w, nodes, o), box, _per_node(s_x * m_w, nodes, groups), offset, groups)
+    return _combined(acc, _by_channel(s_x * s_w, nodes, o), box, _by_channel(s_x * m_w, nodes, groups), offset, groups)
 
 
 def _transposed_input(t: torch.Tensor, in_hw, kernel_hw, stride, padding, dilation) -> torch.Tensor:
@@ -198,8 +199,8 @@ def conv2d_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor
     ones_y, pad = _laid_out(torch.ones(1, 1, *q_g.shape[2:], device=q_g.device), *lay)
     wsum = _flip_t(w, groups).sum(1, keepdim=True)                                     # (C, 1, kh, kw)
     border = F.conv2d(ones_y, wsum, None, 1, pad, dilation)                           # conv^T(𝟙_y, Q(W))
-    return _combined(acc, _per_node(s_g * s_w, nodes, c), box, _per_node(s_g * m_w, nodes, groups),
-                     border.mul_(_per_node(m_g, nodes, c)), groups)
+    return _combined(acc, _by_channel(s_g * s_w, nodes, c), box, _by_channel(s_g * m_w, nodes, groups),
+                     border.mul_(_by_channel(m_g, nodes, c)), groups)
 
 
 def linear(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,

@@ -154,7 +154,13 @@ def dequantized(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits:
                 rounding: str) -> torch.Tensor:
     """round(clamp((x - x_min)/s [+ ξ], 0, 2**bits - 1))·s + x_min: `fake_quant` given its range
     and step (each broadcastable to x; a new tensor)."""
-    return levels(x, x_min, scale, bits, rounding).mul_(scale).add_(x_min)
+    return from_levels(levels(x, x_min, scale, bits, rounding), x_min, scale)
+
+
+def from_levels(q: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Q = q·s + x_min from grid levels q (float32 levels, or the uint8 an integer product keeps):
+    the one place the dequantization's arithmetic is written, so both give the same values."""
+    return q.to(scale.dtype).mul_(scale).add_(x_min)
 
 
 def own_range_levels(x: torch.Tensor, bits: int, rounding: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
