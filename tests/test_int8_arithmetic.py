@@ -270,6 +270,40 @@ def test_layers_take_the_integer_path_and_match_fake(monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
 
 
+def test_the_eager_layers_call_the_ops_bodies_directly_and_grid_each_weight_once(monkeypatch):
+    """Outside torch.func transforms the Functions skip the custom-op dispatch (`eager_forward`):
+    the same code as the ops' bodies on the same operands, so the same values bit for bit on any
+    CPU; W's grid is computed in the forward and reused by the backward."""
+    from lpdl_core.quant import int8_ops
+
+    _force(monkeypatch, "int_mm", "test")
+    grids, real = [], integer.weight_grid
+    monkeypatch.setattr(integer, "weight_grid", lambda w, *a: grids.append(w.shape) or real(w, *a))
+    conv, lin = _two_layer("integer")
+    x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    q_x, m_x, s_x = conv.quantize_input.levels(x)
+    y = conv(x)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(5))
+    y.backward(g)
+    assert grids == [conv.weight.shape]  # once, by the forward (the backward reused it)
+    grids.clear()
+    qw, qb = conv.own_range(conv.weight), conv.own_range(conv.bias)
+    conf = (list(conv.stride), list(conv.padding), list(conv.dilation), conv.groups)
+    assert torch.equal(y, int8_ops.int8_conv2d("int_mm", q_x, m_x, s_x, qw.detach(), qb.detach(), *conf, 1))
+    gx = int8_ops.int8_conv2d_input_grad("int_mm", *int8_ops._grad_grid(g, 8, "nearest"), qw.detach(),
+                                         list(x.shape), *conf, 1)
+    assert torch.equal(x.grad, gx)
+    h = torch.randn(3, 16, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    q_h, m_h, s_h = lin.quantize_input.levels(h)
+    z = lin(h)
+    z.backward(torch.ones_like(z))
+    assert grids[2:] == [lin.weight.shape]  # after the two reference ops' own
+    qw, qb = lin.own_range(lin.weight).detach(), lin.own_range(lin.bias).detach()
+    assert torch.equal(z, int8_ops.int8_linear("int_mm", q_h, m_h, s_h, qw, qb))
+    assert torch.equal(h.grad, int8_ops.int8_linear_input_grad("int_mm", *int8_ops._grad_grid(torch.ones_like(z), 8,
+                                                                                              "nearest"), qw))
+
+
 def test_without_a_kernel_integer_is_fake_bitwise_with_one_notice(monkeypatch, capsys):
     _force(monkeypatch, None, "no exact int8 kernel (test)")
     monkeypatch.setattr(arithmetic, "_said", set())
@@ -407,8 +441,8 @@ def test_twenty_training_steps_every_layer_call_equals_fake(name, monkeypatch):
     worst = {"conv": 0.0, "conv_grad": 0.0, "linear": 0.0, "linear_grad": 0.0}
 
     def checked(kind, real, check):
-        def call(backend, *args):
-            out = real(backend, *args)
+        def call(backend, *args, **kw):  # kw: the weight's grid an eager layer hands over (wq)
+            out = real(backend, *args, **kw)
             worst[kind] = max(worst[kind], check(out, *args))
             return out
         return call

@@ -80,19 +80,21 @@ def _int_mm_conv(a, b, stride, padding, dilation, groups):
 
 # --- oneDNN int8 convolution and linear ----------------------------------------------------------
 
-def _ones(o: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.ones(o, dtype=torch.float32), torch.zeros(o, dtype=torch.int64)
+def _ones() -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight's scale 1 and zero point 0, one for the whole tensor: per-channel ones give the
+    same products, but oneDNN's prepacking then reads every channel's scale back one by one."""
+    return torch.ones(1, dtype=torch.float32), torch.zeros(1, dtype=torch.int64)
 
 
 def _onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    scale, zero = _ones(b.shape[1])
+    scale, zero = _ones()
     packed = torch.ops.onednn.qlinear_prepack(b.t().contiguous(), list(a.shape))
     return torch.ops.onednn.qlinear_pointwise(a.contiguous(), 1.0, 0, packed, scale, zero, None, 1.0, 0,
                                               torch.float32, "none", [], "")
 
 
 def _onednn_conv(a, b, stride, padding, dilation, groups):
-    scale, zero = _ones(b.shape[0])
+    scale, zero = _ones()
     packed = torch.ops.onednn.qconv_prepack(b.contiguous(), scale, 1.0, 0, list(stride), list(padding),
                                             list(dilation), groups, list(a.shape))
     return torch.ops.onednn.qconv2d_pointwise(a.contiguous(), 1.0, 0, packed, scale, zero, None, list(stride),

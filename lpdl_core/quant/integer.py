@@ -29,7 +29,9 @@ stochastic rounding and the STE are those of the fake path, unchanged.
 
 Speed (`_standard`, `_window_sums`, `_combined`): the kernel's output is brought to the standard
 layout once and the terms are added in place; n nodes run as one grouped product (`nodes`), as
-the batched executor's vmap rule calls them.
+the batched executor's vmap rule calls them. Channel sums over uint8 run in int16 where they fit
+(`_per_group`); a layer computes W's grid once a step (`weight_grid`, its forward's, reused by its
+backward).
 """
 from __future__ import annotations
 
@@ -63,24 +65,32 @@ def own_grid(v: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tenso
     return grid(v, _by_channel(lo, nodes, v.shape[1]), _by_channel(s, nodes, v.shape[1])), s, lo
 
 
-def _weight(w: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def weight_grid(w: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Q(W) = s_w·w8 + m'_w, each of w's `nodes` blocks (along dim 0) over its own range:
-    (w8 int8, s_w (nodes,), m'_w (nodes,))."""
+    (w8 int8, s_w (nodes,), m'_w (nodes,)). A layer's forward computes it once and hands it to its
+    backward (`wq` of the products below); the levels q − 128 are exact in float32."""
     rows = w.reshape(nodes, -1)
     lo, s = _block_ranges(rows)
-    q = grid(rows, lo[:, None], s[:, None])
-    return (q.to(torch.int16) - SHIFT).to(torch.int8).view_as(w), s, lo + SHIFT * s
+    w8 = torch.sub(rows, lo[:, None]).div_(s[:, None]).round_().clamp_(0, LEVELS).sub_(SHIFT).to(torch.int8)
+    return w8.view_as(w), s, lo + SHIFT * s
 
 
 def _by_channel(v: torch.Tensor, nodes: int, channels: int) -> torch.Tensor:
-    """One value per node (nodes,) as one per channel, (1, channels, 1, 1): node i's on block i."""
+    """One value per node (nodes,) as one per channel, (1, channels, 1, 1): node i's on block i
+    (one node: the value as (1, 1, 1, 1), broadcast)."""
+    if nodes == 1:
+        return v.reshape(1, 1, 1, 1)
     return v.reshape(nodes, 1).expand(nodes, channels // nodes).reshape(1, channels, 1, 1)
 
 
 def _per_group(t: torch.Tensor, groups: int, dim: int = 1) -> torch.Tensor:
-    """Sum of t's channels within each of `groups` groups (float32; integer-valued stays exact)."""
+    """Sum of uint8 t's channels within each of `groups` groups, as float32 (exact: integers below
+    2^24). Summed in int16 where a group's sum fits (at most 128 channels of 255), else int32: a
+    float32 sum converts t first, several times slower here."""
     shape = t.shape
-    return t.reshape(*shape[:dim], groups, shape[dim] // groups, *shape[dim + 1:]).sum(dim + 1, dtype=torch.float32)
+    per = shape[dim] // groups
+    acc = torch.int16 if per * LEVELS <= torch.iinfo(torch.int16).max else torch.int32
+    return t.reshape(*shape[:dim], groups, per, *shape[dim + 1:]).sum(dim + 1, dtype=acc).to(torch.float32)
 
 
 def _standard(acc: torch.Tensor) -> torch.Tensor:
@@ -121,14 +131,16 @@ def conv2d(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, 
 
 
 def conv2d_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
-                   b: torch.Tensor | None, stride, padding, dilation, groups: int, nodes: int = 1) -> torch.Tensor:
-    """conv2d(Q(x), w, b) given x's grid levels q_x (uint8), Q(x) = s_x·q_x + m_x.
+                   b: torch.Tensor | None, stride, padding, dilation, groups: int, nodes: int = 1,
+                   wq: tuple | None = None) -> torch.Tensor:
+    """conv2d(Q(x), w, b) given x's grid levels q_x (uint8), Q(x) = s_x·q_x + m_x; wq: w's
+    `weight_grid`, if already computed.
 
     nodes > 1: `nodes` nodes' convolutions as one grouped convolution (the vmap rule's form):
     node i holds block i of q_x's channels (its grid m_x[i], s_x[i]), of w's output channels (its
     own range) and of the `groups` groups."""
     m_x, s_x = m_x.reshape(nodes), s_x.reshape(nodes)
-    w8, s_w, m_w = _weight(w, nodes)
+    w8, s_w, m_w = wq or weight_grid(w, nodes)
     o = w.shape[0]
     acc = _standard(KERNELS[backend].conv(q_x, w8, stride, padding, dilation, groups))
     box = _window_sums(_per_group(q_x, groups), w.shape[2:], stride, padding, dilation)  # conv(q_x, 1)
@@ -185,11 +197,11 @@ def conv2d_input_grad(backend: str, g: torch.Tensor, w: torch.Tensor, in_shape, 
 
 def conv2d_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor, s_g: torch.Tensor,
                               w: torch.Tensor, in_shape, stride, padding, dilation, groups: int,
-                              nodes: int = 1) -> torch.Tensor:
+                              nodes: int = 1, wq: tuple | None = None) -> torch.Tensor:
     """conv^T(Q(g), Q(W)) given g's grid levels q_g (uint8), Q(g) = s_g·q_g + m_g; `nodes` blocks
-    as in `conv2d_on_grid` (in_shape: all nodes' input, its channels in node blocks)."""
+    as in `conv2d_on_grid` (in_shape: all nodes' input, its channels in node blocks); wq as there."""
     m_g, s_g = m_g.reshape(nodes), s_g.reshape(nodes)
-    w8, s_w, m_w = _weight(w, nodes)
+    w8, s_w, m_w = wq or weight_grid(w, nodes)
     c, kw_ = in_shape[1], tuple(w.shape[2:])
     lay = (in_shape[2:], kw_, stride, padding, dilation)
     spread, pad = _laid_out(q_g, *lay)
@@ -211,11 +223,12 @@ def linear(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, 
 
 
 def linear_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
-                   b: torch.Tensor | None) -> torch.Tensor:
-    """Q(x) @ w^T + b given x's grid levels q_x (uint8, (…, K)), Q(x) = s_x·q_x + m_x."""
+                   b: torch.Tensor | None, wq: tuple | None = None) -> torch.Tensor:
+    """Q(x) @ w^T + b given x's grid levels q_x (uint8, (…, K)), Q(x) = s_x·q_x + m_x; wq as in
+    `conv2d_on_grid`."""
     m_x, s_x = m_x.reshape(()), s_x.reshape(())
     q2 = q_x.reshape(-1, q_x.shape[-1])
-    w8, s_w, m_w = _weight(w)
+    w8, s_w, m_w = wq or weight_grid(w)
     acc = KERNELS[backend].mm(q2, w8.t()).float()
     y = (s_x * s_w) * acc + (s_x * m_w) * q2.sum(1, keepdim=True, dtype=torch.float32) + m_x * w.sum(1)
     y = y.view(*q_x.shape[:-1], w.shape[0])
@@ -229,11 +242,12 @@ def linear_input_grad(backend: str, g: torch.Tensor, w: torch.Tensor) -> torch.T
 
 
 def linear_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor, s_g: torch.Tensor,
-                              w: torch.Tensor) -> torch.Tensor:
-    """Q(g) @ Q(W) given g's grid levels q_g (uint8, (…, O)), Q(g) = s_g·q_g + m_g."""
+                              w: torch.Tensor, wq: tuple | None = None) -> torch.Tensor:
+    """Q(g) @ Q(W) given g's grid levels q_g (uint8, (…, O)), Q(g) = s_g·q_g + m_g; wq as in
+    `conv2d_on_grid`."""
     m_g, s_g = m_g.reshape(()), s_g.reshape(())
     q2 = q_g.reshape(-1, q_g.shape[-1])
-    w8, s_w, m_w = _weight(w)
+    w8, s_w, m_w = wq or weight_grid(w)
     acc = KERNELS[backend].mm(q2, w8).float()
     gx = (s_g * s_w) * acc + (s_g * m_w) * q2.sum(1, keepdim=True, dtype=torch.float32) + m_g * w.sum(0)
     return gx.view(*q_g.shape[:-1], w.shape[1])

@@ -184,7 +184,8 @@ def eager_apply(cls: type[torch.autograd.Function]):
     inspect.signature: about 0.2 ms a call on this CPU, a fifth of a small 8-bit model's step
     (tens of thousands of calls per run). Outside torch.func transforms this calls an equivalent
     old-style Function (forward(ctx, ...) running cls.forward then cls.setup_context, the same
-    backward); under vmap it calls cls.apply. All arguments must be positional.
+    backward); under vmap it calls cls.apply. All arguments must be positional. A class may define
+    `eager_forward(ctx, *args)`, its forward and setup_context in one, for this eager form alone.
     """
     def forward(ctx, *args):
         out = cls.forward(*args)
@@ -192,7 +193,8 @@ def eager_apply(cls: type[torch.autograd.Function]):
         return out
 
     eager = type(cls.__name__ + "Eager", (torch.autograd.Function,),
-                 {"forward": staticmethod(forward), "backward": staticmethod(cls.backward)})
+                 {"forward": staticmethod(getattr(cls, "eager_forward", forward)),
+                  "backward": staticmethod(cls.backward)})
     transforms_active = torch._C._are_functorch_transforms_active
 
     def apply(*args):
