@@ -43,3 +43,15 @@ def test_bench_rejects_a_bad_compression(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--compression", "100"])
     assert e.value.code == 2 and "outside [0, 100)" in capsys.readouterr().err
+
+
+def test_bench_standin_times_the_mini_profiles_model(tmp_path):
+    """--standin: the paper model's mini stand-in on the 8x8 input, the step `make reproduce` trains."""
+    from lpdl_core.models.mini import build_standin
+
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--model", "resnet20", "--standin", "--nodes", "2", "--batch", "2", "--steps", "1",
+                 "--warmup", "0", "--device", "cpu", "--precisions", "fp32", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    standin = sum(p.numel() for p in build_standin("resnet20").parameters())
+    assert rep["standin"] is True and rep["results"]["fp32"]["params"] == standin != 273_258

@@ -97,7 +97,7 @@ def cmd_bench(a: argparse.Namespace) -> int:
                      executor=a.executor, device=a.device, dataset=a.dataset,
                      precisions=tuple(a.precisions), compression=a.compression, compile=a.compile,
                      compile_mode=a.compile_mode, pack=a.pack,
-                     fused_quant=a.fused_quant, int8_arithmetic=a.int8_arithmetic,
+                     fused_quant=a.fused_quant, int8_arithmetic=a.int8_arithmetic, standin=a.standin,
                      progress=progress)
     text = json.dumps(res, indent=2)
     print(text)

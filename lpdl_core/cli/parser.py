@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="8-bit layers' arithmetic (integer: exact int8 products where an exact kernel exists)")
     b.add_argument("--pack", type=count_arg(1, MAX_PACK_SIZE), default=1, metavar="K",
                    help="time a pack of K cells of --nodes nodes each (one stacked state; executor loop or batched)")
+    b.add_argument("--standin", action="store_true",
+                   help="time the model's mini-profile stand-in on its 8x8 input (the step make reproduce trains) "
+                        "instead of the paper model")
     b.add_argument("--out", type=path_arg, help=also_json)
     b.set_defaults(func=cmd_bench)
 

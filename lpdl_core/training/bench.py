@@ -27,7 +27,9 @@ from ..decentral.compress import CompressorCfg
 from ..decentral.engine import EngineCfg, Simulator
 from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.topology import Topology
+from ..models.mini import build_standin
 from ..models.registry import build_model, input_size
+from ..pipeline.recipe.mini import IMAGE_SIZE as MINI_IMAGE_SIZE
 from ..quant import arithmetic, fused
 from ..quant.params import ParamQuant
 from ..quant.quantizer import QuantCfg
@@ -65,7 +67,7 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
                warmup: int = 2, executor: str = DEFAULT_EXECUTOR, device: str = "auto",
                dataset: str | None = None, precisions: tuple[str, ...] = PRECISIONS,
                compression: float = 0.0, compile: bool = False, compile_mode: str = "auto", pack: int = 1,
-               fused_quant: bool = False, int8_arithmetic: str = "fake",
+               fused_quant: bool = False, int8_arithmetic: str = "fake", standin: bool = False,
                progress: Callable[[dict], None] | None = None) -> dict:
     """Median seconds per step for each precision, and the LP/FP ratio.
 
@@ -80,6 +82,8 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     int8_arithmetic: the 8-bit layers' arithmetic ("fake", float32 simulation; "integer", exact
         integer products where this machine has an exact int8 kernel, lpdl_core.quant.integer);
         `int8_arithmetic_taken` says what the LP steps' layer calls took.
+    standin: time the model's mini-profile stand-in (lpdl_core.models.mini) on the stand-ins'
+        8×8 input, the step `make reproduce` trains, instead of the paper model (dataset ignored).
     pack: time a pack of that many cells of `nodes` nodes each (engine/packed.py: one stacked
     state, block-diagonal mixing) instead of one cell; the medians are of the whole pack's step,
     and `per_cell_median_s` divides by the cells.
@@ -90,12 +94,12 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     "step" (1-based), "total", "warmup" (bool), "seconds": {precision: s}} after each step.
     """
     report = progress or (lambda ev: None)
-    size = input_size(model, dataset)
+    size = MINI_IMAGE_SIZE if standin else input_size(model, dataset)
     gossip = gossip_for(compression)
     out: dict = {"model": model, "dataset": dataset, "nodes": nodes, "batch_per_node": batch,
                  "compression": compression, "steps": steps, "warmup": warmup, "executor": executor,
                  "compile": compile, "pack": pack, "interleaved": True,
-                 "fused_quant": fused_quant, "int8_arithmetic": int8_arithmetic,
+                 "fused_quant": fused_quant, "int8_arithmetic": int8_arithmetic, "standin": standin,
                  "torch": torch.__version__, "threads": torch.get_num_threads(),
                  "machine": platform.machine(), "results": {}}
     why = incompatible(RunOptions(executor=executor, compile=compile, fused_quant=fused_quant, pack_size=pack))
@@ -122,8 +126,9 @@ def bench_step(*, model: str = "resnet20", nodes: int = 8, batch: int = 32, step
     for precision, compiled in variants:
         qcfg = QuantCfg(int8_arithmetic=int8_arithmetic) if precision == "int8" else None
         report({"event": "build", "precision": precision + (" compiled" if compiled else "")})
-        make = lambda precision=precision, qcfg=qcfg: build_model(model, precision=precision, dataset=dataset,
-                                                                qcfg=qcfg)
+        make = (lambda precision=precision, qcfg=qcfg: build_standin(model, precision=precision, qcfg=qcfg)) \
+            if standin else (lambda precision=precision, qcfg=qcfg: build_model(model, precision=precision,
+                                                                               dataset=dataset, qcfg=qcfg))
         engine = EngineCfg(executor=executor, device=device, compile=compiled, compile_mode=compile_mode)
         if pack > 1:
             members = [PackMember(topology=Topology(name="directed-ring", n=nodes), gossip=gossip, seed=engine.seed + k)
