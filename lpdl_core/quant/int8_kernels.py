@@ -80,9 +80,11 @@ def _int_mm_conv(a, b, stride, padding, dilation, groups):
 
 # --- oneDNN int8 convolution and linear ----------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
 def _ones() -> tuple[torch.Tensor, torch.Tensor]:
-    """The weight's scale 1 and zero point 0, one for the whole tensor: per-channel ones give the
-    same products, but oneDNN's prepacking then reads every channel's scale back one by one."""
+    """The weight's scale 1 and zero point 0, one for the whole tensor (per-channel ones give the
+    same products, but oneDNN's prepacking then reads every channel's scale back one by one);
+    made once, only read."""
     return torch.ones(1, dtype=torch.float32), torch.zeros(1, dtype=torch.int64)
 
 

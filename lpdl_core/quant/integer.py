@@ -35,6 +35,8 @@ backward).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -99,6 +101,13 @@ def _standard(acc: torch.Tensor) -> torch.Tensor:
     return acc.to(torch.float32, memory_format=torch.contiguous_format)
 
 
+@functools.lru_cache(maxsize=64)
+def _ones(hw: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """𝟙 of one sample and channel, (1, 1, h, w): the border terms' input, made once per size and
+    only read."""
+    return torch.ones(1, 1, *hw, device=device)
+
+
 def _window_sums(t: torch.Tensor, kernel_hw, stride, padding, dilation) -> torch.Tensor:
     """Each channel of t summed over every window of a (zero-padded) convolution: conv(t, 1)
     channel by channel. Summing pooling where it applies (a one-channel convolution runs slowly
@@ -144,7 +153,7 @@ def conv2d_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torc
     o = w.shape[0]
     acc = _standard(KERNELS[backend].conv(q_x, w8, stride, padding, dilation, groups))
     box = _window_sums(_per_group(q_x, groups), w.shape[2:], stride, padding, dilation)  # conv(q_x, 1)
-    mask = torch.ones(1, 1, *q_x.shape[2:], device=q_x.device)
+    mask = _ones(tuple(q_x.shape[2:]), q_x.device)
     border = F.conv2d(mask, w.sum(1, keepdim=True), None, stride, padding, dilation)  # conv(𝟙, Q(W))
     offset = border.mul_(_by_channel(m_x, nodes, o))
     if b is not None:
@@ -208,7 +217,7 @@ def conv2d_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor
     acc = _standard(KERNELS[backend].conv(spread, _flip_t(w8, groups), (1, 1), pad, dilation, groups))
     sums, pad = _laid_out(_per_group(q_g, groups), *lay)
     box = _window_sums(sums, kw_, (1, 1), pad, dilation)                               # conv^T(q_g, 1)
-    ones_y, pad = _laid_out(torch.ones(1, 1, *q_g.shape[2:], device=q_g.device), *lay)
+    ones_y, pad = _laid_out(_ones(tuple(q_g.shape[2:]), q_g.device), *lay)
     wsum = _flip_t(w, groups).sum(1, keepdim=True)                                     # (C, 1, kh, kw)
     border = F.conv2d(ones_y, wsum, None, 1, pad, dilation)                           # conv^T(𝟙_y, Q(W))
     return _combined(acc, _by_channel(s_g * s_w, nodes, c), box, _by_channel(s_g * m_w, nodes, groups),
