@@ -21,7 +21,7 @@ from .specs.compressors import COMPRESSORS  # noqa: F401
 # the decentralized algorithms (UNCOMPRESSED: send whole models or updates), re-exported
 from .specs.algorithms import ALGORITHMS, UNCOMPRESSED_ALGORITHMS  # noqa: F401
 # the paper's models (CNNs and the text model) and the CNNs' mini stand-ins, re-exported
-from .specs.models import CNN_MODELS, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
+from .specs.models import CNN_MODELS, MINI_IMAGE_SIZE, MINI_STANDINS, TEXT_MODELS, SPECS as MODEL_SPECS  # noqa: F401
 # the fidelity options' values (the paper's first, the official code's second), re-exported
 from .specs.fidelity import BEFORE as FIDELITY_BEFORE, FIDELITY_CHOICES, ROUNDING_ONLY  # noqa: F401
 # the communication graphs (a cell's topology), re-exported: lpdl_core.specs.graphs

@@ -60,3 +60,4 @@ TEXT_MODELS = tuple(n for n, s in SPECS.items() if s.kind == "text")
 # paper model -> (its mini stand-in, what it is) for the CNNs: built by lpdl_core.models.mini, each
 # by its paper model's own class; the mini protocol (lpdl_core.pipeline.recipe.mini) records the description
 MINI_STANDINS = {n: s.standin for n, s in SPECS.items() if s.standin}
+MINI_IMAGE_SIZE = 8  # the side in pixels of the stand-ins' input: the digits stand-in at its native size

@@ -20,7 +20,7 @@ import torch
 
 from ..compat import incompatible
 from ..run_options import RunOptions
-from ..config import PRECISIONS
+from ..config import MINI_IMAGE_SIZE, PRECISIONS
 from ..specs.executors import DEFAULT_EXECUTOR, executor_spec
 from ..decentral.algorithms.base import GossipCfg
 from ..decentral.compress import CompressorCfg
@@ -29,7 +29,6 @@ from ..decentral.engine.packed import PackedSimulator, PackMember
 from ..decentral.topology import Topology
 from ..models.mini import build_standin
 from ..models.registry import build_model, input_size
-from ..pipeline.recipe.mini import IMAGE_SIZE as MINI_IMAGE_SIZE
 from ..quant import arithmetic, fused
 from ..quant.params import ParamQuant
 from ..quant.quantizer import QuantCfg

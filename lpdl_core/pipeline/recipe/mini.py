@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...config import DATASET_SPECS, MINI_STANDINS, STANDIN_DATASETS
+from ...config import DATASET_SPECS, MINI_IMAGE_SIZE, MINI_STANDINS, STANDIN_DATASETS
 from ..cells.cell import columns
 
-IMAGE_SIZE = 8
+IMAGE_SIZE = MINI_IMAGE_SIZE
 BATCH_DIVISOR = 4
 IMAGE_EPOCHS = 6
 ALONE_BATCH = 4      # per-node mini batch at most this ...
