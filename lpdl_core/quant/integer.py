@@ -101,11 +101,16 @@ def _standard(acc: torch.Tensor) -> torch.Tensor:
     return acc.to(torch.float32, memory_format=torch.contiguous_format)
 
 
-@functools.lru_cache(maxsize=64)
 def _ones(hw: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """𝟙 of one sample and channel, (1, 1, h, w): the border terms' input, made once per size and
-    only read."""
-    return torch.ones(1, 1, *hw, device=device)
+    """𝟙 of one sample and channel, (1, 1, h, w): the border terms' input, only read. Made once per
+    size on a CPU; elsewhere made afresh (a tensor kept from a CUDA graph's capture would live in
+    memory the graph reuses)."""
+    return _cpu_ones(hw) if device.type == "cpu" else torch.ones(1, 1, *hw, device=device)
+
+
+@functools.lru_cache(maxsize=64)
+def _cpu_ones(hw: tuple[int, int]) -> torch.Tensor:
+    return torch.ones(1, 1, *hw)
 
 
 def _window_sums(t: torch.Tensor, kernel_hw, stride, padding, dilation) -> torch.Tensor:
