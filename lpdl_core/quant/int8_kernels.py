@@ -81,7 +81,7 @@ def _int_mm_conv(a, b, stride, padding, dilation, groups):
 # --- oneDNN int8 convolution and linear ----------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def _ones() -> tuple[torch.Tensor, torch.Tensor]:
+def _unit_scale() -> tuple[torch.Tensor, torch.Tensor]:
     """The weight's scale 1 and zero point 0, one for the whole tensor (per-channel ones give the
     same products, but oneDNN's prepacking then reads every channel's scale back one by one);
     made once, only read."""
@@ -89,14 +89,14 @@ def _ones() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    scale, zero = _ones()
+    scale, zero = _unit_scale()
     packed = torch.ops.onednn.qlinear_prepack(b.t().contiguous(), list(a.shape))
     return torch.ops.onednn.qlinear_pointwise(a.contiguous(), 1.0, 0, packed, scale, zero, None, 1.0, 0,
                                               torch.float32, "none", [], "")
 
 
 def _onednn_conv(a, b, stride, padding, dilation, groups):
-    scale, zero = _ones()
+    scale, zero = _unit_scale()
     packed = torch.ops.onednn.qconv_prepack(b.contiguous(), scale, 1.0, 0, list(stride), list(padding),
                                             list(dilation), groups, list(a.shape))
     return torch.ops.onednn.qconv2d_pointwise(a.contiguous(), 1.0, 0, packed, scale, zero, None, list(stride),

@@ -136,6 +136,12 @@ def _(info, in_dims, *args):
     return _per_node(int8_linear_input_grad, info, in_dims, *args)
 
 
+def _on_grid(op, body, wq, *args):
+    """The product `op` (a custom op, for vmap's rules) or, in a Function's eager form, where the
+    forward handed over W's grid wq, the op's own body called directly with it."""
+    return op(*args) if wq is None else body(*args, wq=wq).contiguous()
+
+
 def _grad_grid(g: Tensor, grad_bits: int, grad_rounding: str) -> tuple[Tensor, Tensor, Tensor]:
     """(q_g uint8, m_g, s_g): the layer gradient's 8-bit grid over its own range, by the fake
     quantizer's arithmetic and noise (quantizer.own_range_levels), with no dequantization."""
@@ -173,7 +179,8 @@ class IntConv(torch.autograd.Function):
         IntConv.setup_context(ctx, (backend, x, q_x, m_x, s_x, w, b, stride, padding, dilation, groups, grad_bits,
                                     grad_rounding), None)
         ctx.wq = integer.weight_grid(w.detach())
-        return integer.conv2d_on_grid(backend, *_plain(q_x, m_x, s_x, w, b), *ctx.conf[1:5], wq=ctx.wq).contiguous()
+        return _on_grid(int8_conv2d, integer.conv2d_on_grid, ctx.wq, backend, *_plain(q_x, m_x, s_x, w, b),
+                        *ctx.conf[1:5], 1)
 
     @staticmethod
     def backward(ctx, g):
@@ -181,13 +188,9 @@ class IntConv(torch.autograd.Function):
         backend, stride, padding, dilation, groups, grad_bits, grad_rounding, has_bias = ctx.conf
         gx = gw = gb = None
         if ctx.needs_input_grad[1]:
-            grid_g = _grad_grid(g, grad_bits, grad_rounding)
-            if ctx.wq is not None:
-                gx = integer.conv2d_input_grad_on_grid(backend, *grid_g, w.detach(), list(q_x.shape), stride, padding,
-                                                       dilation, groups, wq=ctx.wq).contiguous()
-            else:
-                gx = int8_conv2d_input_grad(backend, *grid_g, w.detach(), list(q_x.shape), stride, padding, dilation,
-                                            groups, 1)
+            gx = _on_grid(int8_conv2d_input_grad, integer.conv2d_input_grad_on_grid, ctx.wq, backend,
+                          *_grad_grid(g, grad_bits, grad_rounding), w.detach(), list(q_x.shape), stride, padding,
+                          dilation, groups, 1)
         if ctx.needs_input_grad[5] or (has_bias and ctx.needs_input_grad[6]):
             _, gw, gb = torch.ops.aten.convolution_backward(
                 g, from_levels(q_x, m_x, s_x), w, [w.shape[0]] if has_bias else None, stride, padding, dilation,
@@ -215,7 +218,7 @@ class IntLinear(torch.autograd.Function):
     def eager_forward(ctx, backend, x, q_x, m_x, s_x, w, b, grad_bits, grad_rounding):
         IntLinear.setup_context(ctx, (backend, x, q_x, m_x, s_x, w, b, grad_bits, grad_rounding), None)
         ctx.wq = integer.weight_grid(w.detach())
-        return integer.linear_on_grid(backend, *_plain(q_x, m_x, s_x, w, b), wq=ctx.wq).contiguous()
+        return _on_grid(int8_linear, integer.linear_on_grid, ctx.wq, backend, *_plain(q_x, m_x, s_x, w, b))
 
     @staticmethod
     def backward(ctx, g):
@@ -223,9 +226,8 @@ class IntLinear(torch.autograd.Function):
         backend, grad_bits, grad_rounding, has_bias = ctx.conf
         gx = gw = gb = None
         if ctx.needs_input_grad[1]:
-            grid_g = _grad_grid(g, grad_bits, grad_rounding)
-            gx = (integer.linear_input_grad_on_grid(backend, *grid_g, w.detach(), wq=ctx.wq).contiguous()
-                  if ctx.wq is not None else int8_linear_input_grad(backend, *grid_g, w.detach()))
+            gx = _on_grid(int8_linear_input_grad, integer.linear_input_grad_on_grid, ctx.wq, backend,
+                          *_grad_grid(g, grad_bits, grad_rounding), w.detach())
         if ctx.needs_input_grad[5]:
             x = from_levels(q_x, m_x, s_x)
             gw = g.reshape(-1, g.shape[-1]).transpose(0, 1) @ x.reshape(-1, x.shape[-1])

@@ -48,7 +48,13 @@ LEVELS = 255
 
 def grid(v: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """q ∈ {0..255} (uint8) with v = s·q + m up to float rounding (one temporary, then in place)."""
-    return torch.sub(v, m).div_(s).round_().clamp_(0, LEVELS).to(torch.uint8)
+    return _levels(v, m, s).to(torch.uint8)
+
+
+def _levels(v: torch.Tensor, m: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """round(clamp((v − m)/s, 0, 255)) in float32 (integers, exact): the grid arithmetic of `grid`
+    and `weight_grid`."""
+    return torch.sub(v, m).div_(s).round_().clamp_(0, LEVELS)
 
 
 def _block_ranges(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,7 +79,7 @@ def weight_grid(w: torch.Tensor, nodes: int = 1) -> tuple[torch.Tensor, torch.Te
     backward (`wq` of the products below); the levels q − 128 are exact in float32."""
     rows = w.reshape(nodes, -1)
     lo, s = _block_ranges(rows)
-    w8 = torch.sub(rows, lo[:, None]).div_(s[:, None]).round_().clamp_(0, LEVELS).sub_(SHIFT).to(torch.int8)
+    w8 = _levels(rows, lo[:, None], s[:, None]).sub_(SHIFT).to(torch.int8)
     return w8.view_as(w), s, lo + SHIFT * s
 
 
