@@ -14,7 +14,10 @@ from lpdl_core.config import FIDELITY_CHOICES
 from lpdl_core.quant.norms import (ACTIVATIONS, GATES, NORMS, BatchNormAct, EvoNormS0, GroupNormAct, NormSpec,
                                    RangeBatchNorm2d, RangeBNAct, RangeEvoNorm, hardsigmoid, make_norm,
                                    range_scale_fix)
+from lpdl_core.quant import norms as norms_mod
+from lpdl_core.quant.layers import QuantMeasure
 from lpdl_core.quant.quantizer import QuantCfg, fake_quant
+from lpdl_core.quant.range_fused import first_extremes, level_dtype
 
 QC = QuantCfg(act_rounding="nearest", grad_rounding="nearest")
 
@@ -414,6 +417,60 @@ def test_range_evonorm_no_grad_forward_identical(qcfg):
     with torch.no_grad():
         fast = norm(x)
     assert torch.equal(fast, norm(x.clone().requires_grad_()).detach())
+
+
+@pytest.mark.parametrize("m", [2, 3, 32, 33, 128, 129, 512])
+def test_first_extremes_are_max_and_mins_first_indices(m):
+    """The integer keys give the indices max(-1)/min(-1) return, the first on ties, for rows
+    short (reduced across rows) and long, in int16 and int32 keys; ties are made common by
+    clamping levels to both ends, as QuantMeasure's batch range does."""
+    g = torch.Generator().manual_seed(m)
+    q = torch.randint(-60, 316, (64, m), generator=g).clamp(0, 255)
+    q[0] = 7  # a row of one value: index 0 both ways
+    imx, imn = first_extremes(q.to(level_dtype(m)).view(4, 16, m))
+    x = q.float() * 0.37 - 11.0  # the levels' order, as a Q(x) with an injective grid has it
+    assert torch.equal(imx.view(-1), x.max(-1).indices) and torch.equal(imn.view(-1), x.min(-1).indices)
+    assert torch.equal(imx.view(-1), x.argmax(-1)) and torch.equal(imn.view(-1), x.argmin(-1))  # first, documented
+    assert level_dtype(128) == torch.int16 and level_dtype(129) == torch.int32 and level_dtype(2 ** 24) is None
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 8, 8), (2, 32, 16, 16)])
+def test_range_evonorm_levels_path_equals_max_min_path(shape, monkeypatch):
+    """The eager 8-bit layer takes its max/min indices from x_q's levels (`first_extremes`): the
+    same elements as max/min with indices, so outputs and gradients are bit for bit those of the
+    layer with the levels withheld; many ties (a batch range narrower than each sample's)."""
+    torch.manual_seed(0)
+    x = torch.randn(*shape) * 3
+    x[0, :, :2] = 50.0  # one sample far above the others: the batch-mean range clamps the rest
+    runs = []
+    for withheld in (False, True):
+        norm = randomize(RangeEvoNorm(shape[1], qcfg=QC))
+        if withheld:
+            monkeypatch.setattr(norms_mod, "level_dtype", lambda m, bits: None)
+        xi = x.clone().requires_grad_()
+        y = norm(xi)
+        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(1)))
+        runs.append((y.detach(), xi.grad, norm.v.grad, norm.weight.grad, norm.bias.grad))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+def test_quantized_levels_equal_quantmeasures_forward_and_refuse_a_degenerate_grid():
+    """QuantMeasure.quantized_levels: Q(x) bit for bit as forward, the same running-range update,
+    an identity gradient (STE), the levels with Q(x)'s order; where two levels round to one float
+    (a range tiny beside its offset), no levels."""
+    qm = QuantMeasure(QuantCfg(act_rounding="nearest"))
+    twin = copy.deepcopy(qm)
+    x = (torch.randn(4, 8, 6, 6) * 2).requires_grad_()
+    q_x, order = qm.quantized_levels(x, torch.int16)
+    assert torch.equal(q_x, twin(x)) and torch.equal(qm.running_max, twin.running_max)
+    q_x.sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))
+    assert order.dtype == torch.int16 and int(order.min()) >= 0 and int(order.max()) <= 255
+    flat_q, flat_o = q_x.detach().flatten(), order.flatten()
+    assert torch.equal(flat_q.argsort(stable=True), flat_o.argsort(stable=True))
+    flat = torch.full((4, 8, 6, 6), 1000.0) + torch.rand(4, 8, 6, 6) * 1e-4  # steps far below 1000's ulp
+    assert qm.quantized_levels(flat, torch.int16)[1] is None
 
 
 # ------------------------------------------- the FP gate: paper hardsigmoid vs official sigmoid

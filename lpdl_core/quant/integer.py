@@ -27,11 +27,11 @@ ranges, noise and rounding, stopped before dequantizing); the compiled step's fo
 from the quantized tensors (q = round((v − m)/s), `conv2d`, `own_grid`). Either way the ranges,
 stochastic rounding and the STE are those of the fake path, unchanged.
 
-Speed (`_standard`, `_window_sums`, `_combined`): the kernel's output is brought to the standard
-layout once and the terms are added in place; n nodes run as one grouped product (`nodes`), as
-the batched executor's vmap rule calls them. Channel sums over uint8 run in int16 where they fit
-(`_per_group`); a layer computes W's grid once a step (`weight_grid`, its forward's, reused by its
-backward).
+Speed (`_window_sums`, `_combined`): the kernel's output is read once, by the pass that scales
+it and writes the standard layout, and the other terms are added in place;
+n nodes run as one grouped product (`nodes`), as the batched executor's vmap rule calls them.
+Channel sums over uint8 run in int16 where they fit (`_per_group`); a layer computes W's grid
+once a step (`weight_grid`, its forward's, reused by its backward).
 """
 from __future__ import annotations
 
@@ -101,12 +101,6 @@ def _per_group(t: torch.Tensor, groups: int, dim: int = 1) -> torch.Tensor:
     return t.reshape(*shape[:dim], groups, per, *shape[dim + 1:]).sum(dim + 1, dtype=acc).to(torch.float32)
 
 
-def _standard(acc: torch.Tensor) -> torch.Tensor:
-    """A kernel's output as float32 in the standard (contiguous) layout: oneDNN writes channels
-    last, and the in-place terms that follow, and the layers after, run faster on one layout."""
-    return acc.to(torch.float32, memory_format=torch.contiguous_format)
-
-
 def _ones(hw: tuple[int, int], device: torch.device) -> torch.Tensor:
     """𝟙 of one sample and channel, (1, 1, h, w): the border terms' input, only read. Made once per
     size on a CPU; elsewhere made afresh (a tensor kept from a CUDA graph's capture would live in
@@ -131,13 +125,15 @@ def _window_sums(t: torch.Tensor, kernel_hw, stride, padding, dilation) -> torch
 
 def _combined(acc: torch.Tensor, s: torch.Tensor, box: torch.Tensor, c_box: torch.Tensor,
               offset: torch.Tensor, groups: int) -> torch.Tensor:
-    """s·acc + c_box·box + offset, written over acc (a fresh float32 tensor, `_standard`): s per
-    channel (1, O, 1, 1); box (B, G, H, W), times c_box per group (1, G, 1, 1), adds each group's
-    window sums to that group's channels; offset (1, O, H, W) adds to every sample. In place, so
-    no full-size temporaries."""
-    acc.mul_(s)
-    acc.unflatten(1, (groups, -1)).add_(box.mul_(c_box).unsqueeze(2))
-    return acc.add_(offset)
+    """s·acc + c_box·box + offset, summed in that order, as a fresh float32 tensor in the standard
+    (contiguous) layout: acc is the kernel's output (oneDNN writes it channels last), read once by
+    the product s·acc, which writes the standard layout (the in-place sums after it, and the
+    layers after, run faster on one layout); s per channel (1, O, 1, 1); box (B, G, H, W), times
+    c_box per group (1, G, 1, 1), adds each group's window sums to that group's channels; offset
+    (1, O, H, W) adds to every sample."""
+    out = torch.mul(acc.to(torch.float32), s, out=torch.empty(acc.shape, dtype=torch.float32, device=acc.device))
+    out.unflatten(1, (groups, -1)).add_(box.mul_(c_box).unsqueeze(2))
+    return out.add_(offset)
 
 
 def conv2d(backend: str, x: torch.Tensor, m_x: torch.Tensor, s_x: torch.Tensor, w: torch.Tensor,
@@ -162,7 +158,7 @@ def conv2d_on_grid(backend: str, q_x: torch.Tensor, m_x: torch.Tensor, s_x: torc
     m_x, s_x = m_x.reshape(nodes), s_x.reshape(nodes)
     w8, s_w, m_w = wq or weight_grid(w, nodes)
     o = w.shape[0]
-    acc = _standard(KERNELS[backend].conv(q_x, w8, stride, padding, dilation, groups))
+    acc = KERNELS[backend].conv(q_x, w8, stride, padding, dilation, groups)
     box = _window_sums(_per_group(q_x, groups), w.shape[2:], stride, padding, dilation)  # conv(q_x, 1)
     mask = _ones(tuple(q_x.shape[2:]), q_x.device)
     border = F.conv2d(mask, w.sum(1, keepdim=True), None, stride, padding, dilation)  # conv(𝟙, Q(W))
@@ -225,7 +221,7 @@ def conv2d_input_grad_on_grid(backend: str, q_g: torch.Tensor, m_g: torch.Tensor
     c, kw_ = in_shape[1], tuple(w.shape[2:])
     lay = (in_shape[2:], kw_, stride, padding, dilation)
     spread, pad = _laid_out(q_g, *lay)
-    acc = _standard(KERNELS[backend].conv(spread, _flip_t(w8, groups), (1, 1), pad, dilation, groups))
+    acc = KERNELS[backend].conv(spread, _flip_t(w8, groups), (1, 1), pad, dilation, groups)
     sums, pad = _laid_out(_per_group(q_g, groups), *lay)
     box = _window_sums(sums, kw_, (1, 1), pad, dilation)                               # conv^T(q_g, 1)
     ones_y, pad = _laid_out(_ones(tuple(q_g.shape[2:]), q_g.device), *lay)

@@ -20,8 +20,8 @@ from torch import nn
 
 from . import arithmetic, fused, int8_compiled, int8_ops, traced
 from .params import OwnRangeParams
-from .quantizer import (QuantCfg, eager_apply, levels, own_range_quant, quant_scale, quantize, quantize_grad,
-                        rank_of)
+from .quantizer import (QuantCfg, eager_apply, from_levels, levels, own_range_quant, quant_scale, quantize,
+                        quantize_grad, rank_of, straight_through)
 
 
 class QuantMeasure(nn.Module):
@@ -64,12 +64,28 @@ class QuantMeasure(nn.Module):
     def levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q_x, x_min, s) with Q(x) = s·q_x + x_min, q_x the grid levels as uint8: what an eager
         integer product reads (no Q(x) in float32, and no STE here: the product's Function carries it)."""
+        q_x, lo, s = self._float_levels(x)
+        return q_x.to(torch.uint8), lo, s
+
+    def quantized_levels(self, x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(Q(x), q_x): `forward`'s Q(x) (same values, same straight-through gradient) and its grid
+        levels as `dtype` integers, or None for q_x where two levels round to one float32 value
+        (a range tiny beside its offset): Q(x)'s order is then not the levels' order."""
+        q_x, lo, s = self._float_levels(x)
+        order = q_x.to(dtype)
+        with torch.no_grad():
+            grid = from_levels(torch.arange(2 ** self.qcfg.bits, dtype=s.dtype, device=s.device), lo.view(1),
+                               s.view(1))
+            distinct = bool((grid[1:] > grid[:-1]).all())
+        return straight_through(x, from_levels(q_x, lo, s)), order if distinct else None
+
+    def _float_levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q_x float32 integers, x_min, s): `quantize`'s grid arithmetic, stopped before Q(x)."""
         x_min, x_max, rounding = self._range(x)
         lo, hi = rank_of(x_min.detach(), x), rank_of(x_max.detach(), x)
         s = quant_scale(lo, hi, self.qcfg.bits)
         with torch.no_grad():
-            q_x = levels(x.detach(), lo, s, self.qcfg.bits, rounding).to(torch.uint8)
-        return q_x, lo, s
+            return levels(x.detach(), lo, s, self.qcfg.bits, rounding), lo, s
 
     def _range(self, x: torch.Tensor):
         """(x_min, x_max, rounding) of this call: in training the batch's, the running range

@@ -32,7 +32,7 @@ from .layers import QuantMeasure
 from .params import OwnRangeParams
 from .quantizer import QuantCfg, quantize, quantize_grad
 from .range_bn import RANGE_CONST, RangeBatchNorm2d, RangeBNAct, ReluAfter, check_4d, range_scale_fix  # noqa: F401
-from .range_fused import group_scale, range_evonorm
+from .range_fused import eager_backward, group_scale, level_dtype, range_evonorm
 
 
 def hardsigmoid(t: torch.Tensor) -> torch.Tensor:
@@ -178,17 +178,16 @@ class RangeEvoNorm(OwnRangeParams, nn.Module):
             raise ValueError(f"RangeEvoNorm needs C*H*W={C * H * W} divisible by groups*chunks={G * K}")
         m = C * H * W // (G * K)
         if m < 2:
-            raise ValueError(f"RangeEvoNorm needs at least 2 elements per chunk, "
-                             f"got m={m} for {tuple(x.shape)}")
-        q = self.qcfg
-        if q is not None:
-            x = self.quantize_input(x)
-            v, w, b = self.own_range(self.v), self.own_range(self.weight), self.own_range(self.bias)
-        else:
-            v, w, b = self.v, self.weight, self.bias
+            raise ValueError(f"RangeEvoNorm needs at least 2 elements per chunk, got m={m} for {tuple(x.shape)}")
+        q, order, (v, w, b) = self.qcfg, None, (self.v, self.weight, self.bias)
+        if q is not None:  # x_q's levels give the fused backward's max/min indices where it runs eagerly
+            dtype = level_dtype(m, q.bits) if self.fused and self.activation == "hardsigmoid" else None
+            x, order = (self.quantize_input.quantized_levels(x, dtype) if dtype and eager_backward(x) else
+                        (self.quantize_input(x), None))
+            v, w, b = self.own_range(v), self.own_range(w), self.own_range(b)
         if self.fused and self.activation == "hardsigmoid":
             out = range_evonorm(x, v, w, b, groups=G, chunks=K, c=range_scale_fix(m), eps=self.eps,
-                                bits=q.bits if q is not None else 0)
+                                bits=q.bits if q is not None else 0, order=order)
             return quantize_grad(out, q.grad_bits, q.grad_rounding) if q is not None else out
         t = x * v
         n = x * GATES[self.activation](t)

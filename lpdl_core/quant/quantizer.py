@@ -236,6 +236,24 @@ def quantize(x: torch.Tensor, bits: int = 8, rounding: str = "nearest",
     return _quantize_apply(x, bits, rounding, x_min, x_max)
 
 
+class _StraightThrough(torch.autograd.Function):
+    """Forward q (an already quantized x, computed without autograd); backward identity to x:
+    the STE of `quantize` for a Q(x) built elsewhere. Eager only (no vmap rule)."""
+
+    @staticmethod
+    def forward(ctx, x, q):
+        return q.view_as(q)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def straight_through(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """q's values with x's gradient passing straight through (q computed from x without autograd)."""
+    return _StraightThrough.apply(x, q)
+
+
 class _QuantizeGrad(torch.autograd.Function):
     """Identity forward; backward quantizes the incoming gradient (stochastic or nearest)."""
 

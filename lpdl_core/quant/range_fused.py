@@ -13,7 +13,9 @@ records about 20 autograd nodes per layer; on a CPU their per-op overhead and me
 the arithmetic, dominated the small models' 8-bit step. The backward below is the chain rule of
 the same ops in 13 passes over the activation, with autograd's rules at the edges: the max/min
 gradient goes to the element `max(-1)`/`min(-1)` returned (the first on ties), and clamp passes
-gradient on its closed interval u ∈ [0, 1].
+gradient on its closed interval u ∈ [0, 1]. Where the caller hands over x's 8-bit grid levels
+(`order`), those first indices come from `first_extremes`, several times faster than max/min with
+indices and the same elements.
 
 .. math::
     \bar g = g\,(Q(s)\otimes w),\quad
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from . import traced
+from . import fused, traced
 from .quantizer import eager_apply, functorch_wrapped, own_range_quant
 
 # hardtanh_backward(g, u, lo, hi) keeps g where lo < u < hi. With lo just below 0 and hi the
@@ -51,13 +53,57 @@ def group_scale(sq: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return (sq.unsqueeze(-1) * w.reshape(1, G, C // G)).reshape(B, C, 1, 1)
 
 
-def _forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int, *, indices: bool):
+def level_dtype(m: int, bits: int = 8) -> torch.dtype | None:
+    """The integer type that holds `first_extremes`' keys for chunks of m levels of `bits` bits
+    (q·2^P + i with 2^P ≥ m): at 8 bits int16 up to m = 128, int32 up to 2^23; None above."""
+    p = max(1, (m - 1).bit_length())
+    return torch.int16 if bits + p <= 15 else torch.int32 if bits + p <= 31 else None
+
+
+def eager_backward(x: torch.Tensor) -> bool:
+    """Whether `range_evonorm` of x builds its autograd node with the eager backward (gradients on,
+    no torch.func transform, no compiled trace, no fused quantizers): where `order` is read."""
+    return (torch.is_grad_enabled() and not functorch_wrapped(x) and not traced.active()
+            and not fused.active())
+
+
+def first_extremes(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""(argmax, argmin) over the last dim of levels q (..., m) held in `level_dtype(m, bits)`,
+    each the first index on ties, as max(-1) and min(-1) return them:
+
+    .. math::
+        \arg\max_i q_i = 2^P - 1 - \big(\max_i k_i \bmod 2^P\big),\ k_i = q_i 2^P + (2^P - 1 - i);\qquad
+        \arg\min_i q_i = \big(\min_i k'_i\big) \bmod 2^P,\ k'_i = q_i 2^P + i
+
+    (the larger, resp. smaller q wins, then the smaller i). One vectorized amax/amin over the
+    keys: max/min with indices track the index element by element, several times slower here.
+    Rows of 32 or fewer reduce across rows (transposed), which vectorizes better."""
+    m = q.shape[-1]
+    p = max(1, (m - 1).bit_length())
+    low = (1 << p) - 1
+    across = m <= 32
+    rows = q.reshape(-1, m)
+    k = (rows.t().contiguous() if across else rows).bitwise_left_shift(p)
+    i = torch.arange(m, dtype=k.dtype, device=k.device)
+    dim = 0 if across else 1
+    i = i.unsqueeze(1) if across else i
+    kmax = (k + (low - i)).amax(dim)
+    kmin = k.add_(i).amin(dim)
+    return ((low - (kmax & low)).long().view(q.shape[:-1]), (kmin & low).long().view(q.shape[:-1]))
+
+
+def _forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int, order=None, *,
+             indices: bool):
     """(y, s, Q(s), u, argmax, argmin); without indices (no backward to come) the chunk extremes
-    come from amax/amin, several times faster than max/min with indices, and y is identical."""
+    come from amax/amin, several times faster than max/min with indices, and y is identical.
+    order: x's grid levels (`first_extremes`' integers), in x's float order, or None."""
     B = x.shape[0]
     u = (x * v).div_(6).add_(0.5)                                          # t/6 + 1/2
     y = x.reshape(B, groups, chunks, -1)
-    if indices:
+    if indices and order is not None:
+        imx, imn = first_extremes(order.reshape(y.shape))
+        mx, mn = y.gather(-1, imx.unsqueeze(-1)).squeeze(-1), y.gather(-1, imn.unsqueeze(-1)).squeeze(-1)
+    elif indices:
         (mx, imx), (mn, imn) = y.max(-1), y.min(-1)
     else:
         mx, mn, imx, imn = y.amax(-1), y.amin(-1), None, None
@@ -72,12 +118,12 @@ class _RangeEvoNormFn(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int):
-        return _forward(x, v, w, b, groups, chunks, c, eps, bits, indices=True)
+    def forward(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: int, order):
+        return _forward(x, v, w, b, groups, chunks, c, eps, bits, order, indices=True)
 
     @staticmethod
     def setup_context(ctx, inputs, output) -> None:
-        x, v, w, _b, groups, chunks, c, _eps, _bits = inputs
+        x, v, w, _b, groups, chunks, c, _eps, _bits, _order = inputs
         _, s, sq, u, imx, imn = output
         ctx.save_for_backward(x, v, w, s, sq, u, imx, imn)
         ctx.groups, ctx.chunks, ctx.c = groups, chunks, c
@@ -107,7 +153,7 @@ class _RangeEvoNormFn(torch.autograd.Function):
         grid = gx.view(B, G, K, -1)
         grid.scatter_add_(-1, imx.unsqueeze(-1), gr)
         grid.scatter_add_(-1, imn.unsqueeze(-1), -gr)
-        return gx, gv, gwt, g.sum((0, 2, 3), keepdim=True), None, None, None, None, None
+        return gx, gv, gwt, g.sum((0, 2, 3), keepdim=True), None, None, None, None, None, None
 
 
 _apply = eager_apply(_RangeEvoNormFn)
@@ -126,13 +172,15 @@ def _composed(x, v, w, b, groups: int, chunks: int, c: float, eps: float, bits: 
 
 
 def range_evonorm(x: torch.Tensor, v: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, groups: int,
-                  chunks: int, c: float, eps: float, bits: int = 0) -> torch.Tensor:
+                  chunks: int, c: float, eps: float, bits: int = 0, order: torch.Tensor | None = None) -> torch.Tensor:
     """y = x·h(v·x)·(Q(s) ⊗ w) + b in one autograd node (bits=0: s unquantized). Parameters (1, C, 1, 1).
+    order: x's grid levels, in `level_dtype` of the chunk size, where x = s_x·order + m_x has
+    the order of its levels (`first_extremes`); None: x's max/min with indices.
 
     With no gradient to compute (evaluation), the same forward runs without the autograd node;
     under torch.compile (traced.active()), the same forward ops composed, differentiated by autograd."""
     if traced.active():
         return _composed(x, v, w, b, groups, chunks, c, eps, bits)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (x, v, w, b)):
-        return _apply(x, v, w, b, groups, chunks, c, eps, bits)[0]
+        return _apply(x, v, w, b, groups, chunks, c, eps, bits, order)[0]
     return _forward(x, v, w, b, groups, chunks, c, eps, bits, indices=False)[0]
