@@ -86,6 +86,43 @@ def test_stochastic_fused_rounding_is_on_the_grid_unbiased_and_per_node():
         torch.vmap(lambda t: fused.own_range(t, 8, "stochastic"), randomness="same")(x)
 
 
+@pytest.mark.slow
+@pytest.mark.ci
+def test_on_a_cpu_fused_stochastic_rounding_draws_the_eager_chains_noise():
+    """On a CPU the fused chains read the eager draw (noise.float_lanes): from the same generator
+    state, fused and eager stochastic rounding agree as nearest rounding does (within the ties
+    above), for the own-range chain and QuantMeasure's."""
+    x = torch.randn(8, 16, 12, 12) * 2 + 0.3
+    torch.manual_seed(5)
+    f = fused.own_range(x, 8, "stochastic")
+    torch.manual_seed(5)
+    e = fake_quant(x, 8, "stochastic")
+    _agree(f, e, (x.max() - x.min()) / 255, x.abs().max())
+    q = QuantCfg(act_rounding="stochastic")
+    m = QuantMeasure(q).train()
+    torch.manual_seed(6)
+    e = m(x)
+    torch.manual_seed(6)
+    f = fused.measured(x, torch.zeros(1), torch.zeros(1), 8, "stochastic", q.momentum)
+    _agree(f, e, (x.amax((1, 2, 3)).mean() - x.amin((1, 2, 3)).mean()) / 255, x.abs().max())
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_the_compiled_chains_fold_the_bit_width_into_constants():
+    """bits (and momentum) are constants of the compiled code: compiled as symbols, each vector
+    step of the CPU kernel recomputed 2^b − 1 with a pow, about 4x the chain's cost."""
+    from torch._inductor.utils import run_and_get_code
+
+    x, r = torch.randn(4, 16, 6, 6), torch.zeros(1)
+    with torch._inductor.config.patch(fx_graph_cache=False), torch.compiler.config.patch(force_disable_caches=True):
+        for chain, args, kw in ((fused._own_range_chain, (x,), {}),
+                                (fused._measure_chain, (x, r, r.clone()), {"momentum": 0.25})):
+            _, code = run_and_get_code(fused._compiled(chain, 0, 7, False), *args, **kw)
+            kernel = code[-1]
+            assert "pow" not in kernel and "127.0" in kernel, kernel
+
+
 # A generated `call()`'s launches: its compiled kernels and the aten/extern calls it makes (the
 # rounding noise's seed draw).
 LAUNCH = re.compile(r"^\s+(cpp_fused_\w+|triton_\w+\.run|aten\.\w+(?:\.\w+)?|extern_kernels\.\w+)\(", re.M)

@@ -48,7 +48,7 @@ def test_stochastic_unbiased_and_within_one_step():
 def test_stochastic_noise_scratch_grows_and_slices():
     """The CPU noise buffers are reused across sizes (grown, then sliced): every size still gets
     fresh, in-range, unbiased noise, including a small tensor right after a large one."""
-    from lpdl_core.quant import quantizer
+    from lpdl_core.quant import noise
 
     torch.manual_seed(1)
     lo, hi = torch.tensor(-1.0), torch.tensor(1.0)
@@ -59,7 +59,7 @@ def test_stochastic_noise_scratch_grows_and_slices():
         assert (samples - x).abs().max() < step + 1e-6
         assert not torch.equal(samples[0], samples[1])
         assert (samples.mean(0) - x).mean().abs() < 0.02 * step  # mean over elements and draws
-    words, lanes = quantizer._NOISE_SCRATCH[torch.float32]
+    words, lanes = noise._SCRATCH[torch.int64], noise._SCRATCH[torch.float32]
     assert lanes.numel() >= 20001 and words.numel() * 4 >= lanes.numel()
 
 

@@ -21,12 +21,20 @@ The math is `fake_quant`'s (docs of `quantizer`):
 
 with `measure_quant`'s range the batch mean of per-sample minima and maxima and its running range
 updated in the same kernel (running = m·running + (1 − m)·batch), and `own_range_quant`'s range
-the tensor's own (per node under vmap). Two things differ from the eager chain, so a fused run is
-not bitwise an eager one:
-- the rounding noise ξ ~ U[−½, ½) comes from inductor's generator (seeded from torch's global
-  one), not from the eager CPU draw;
+the tensor's own (per node under vmap). The settings (bits, momentum) are constants of the
+compiled code, so 2^b − 1 folds into it (compiled as symbols, every vector step recomputed a
+power: the CPU kernels ran about 4x slower). Two things differ from the eager chain, so a fused
+run is not bitwise an eager one:
+- on a GPU the rounding noise ξ ~ U[−½, ½) comes from inductor's generator (seeded from torch's
+  global one). On a CPU it is the eager draw (`noise.float_lanes`, the same values as the eager
+  chain's from the same generator state), read by the kernel: inductor's per-element CPU
+  generator cost several times the chain's arithmetic;
 - the compiler may reorder float arithmetic, so an element that lies within a rounding error of
   a half-step can round to the neighbouring level (tests bound how often).
+
+On a CPU, Range EvoNorm's input quantizer stays eager even while fused quantizers are on: its grid
+levels give the norm's max/min indices (`range_fused.first_extremes`), which saves more here than
+fusing that one chain.
 
 Under `torch.func.vmap` the vmap rules run each operator once over the stacked nodes, with one
 more leading dimension; noise is drawn per node (vmap's ``randomness="different"``). Gradients
@@ -43,6 +51,7 @@ import torch
 from torch import Tensor
 
 from ..compile_cache import use_versioned_cache
+from . import noise
 
 _ACTIVE = False
 
@@ -63,28 +72,36 @@ def enabled(on: bool = True) -> Iterator[None]:
         _ACTIVE = before
 
 
-def _dequantized(x: Tensor, lo: Tensor, hi: Tensor, bits: int, stochastic: bool) -> Tensor:
+def _dequantized(x: Tensor, lo: Tensor, hi: Tensor, bits: int, stochastic: bool, lanes: Tensor | None) -> Tensor:
     levels = 2.0 ** bits - 1.0
     s = ((hi - lo) / levels).clamp(min=1e-8)
     t = (x - lo) / s
-    if stochastic:  # official order: noise, then clamp, then round
+    if lanes is not None:  # official order: noise, then clamp, then round
+        t = t + lanes * noise.SCALE
+    elif stochastic:
         t = t + (torch.rand_like(t) - 0.5)
     return t.clamp(0.0, levels).round() * s + lo
 
 
 def _measure_chain(x: Tensor, running_min: Tensor, running_max: Tensor, *, lead: int, bits: int,
-                   stochastic: bool, momentum: float) -> Tensor:
+                   stochastic: bool, momentum: float, lanes: Tensor | None = None) -> Tensor:
     rest = tuple(range(lead + 1, x.dim()))  # per sample (dim `lead`), then the batch mean
     lo = x.amin(rest, keepdim=True).mean(lead, keepdim=True)
     hi = x.amax(rest, keepdim=True).mean(lead, keepdim=True)
     running_min.mul_(momentum).add_(lo.reshape(running_min.shape) * (1 - momentum))
     running_max.mul_(momentum).add_(hi.reshape(running_max.shape) * (1 - momentum))
-    return _dequantized(x, lo, hi, bits, stochastic)
+    return _dequantized(x, lo, hi, bits, stochastic, lanes)
 
 
-def _own_range_chain(x: Tensor, *, lead: int, bits: int, stochastic: bool) -> Tensor:
+def _own_range_chain(x: Tensor, *, lead: int, bits: int, stochastic: bool, lanes: Tensor | None = None) -> Tensor:
     rest = tuple(range(lead, x.dim()))
-    return _dequantized(x, x.amin(rest, keepdim=True), x.amax(rest, keepdim=True), bits, stochastic)
+    return _dequantized(x, x.amin(rest, keepdim=True), x.amax(rest, keepdim=True), bits, stochastic, lanes)
+
+
+def _lanes(x: Tensor, stochastic: bool) -> Tensor | None:
+    """The rounding noise's lanes for x (k with ξ = k·2^-16), drawn eagerly on a CPU
+    (`noise.float_lanes`), else None (no noise, or inductor's generator on a GPU)."""
+    return noise.float_lanes(x.numel(), x.dtype).view(x.shape) if stochastic and x.device.type == "cpu" else None
 
 
 # One graph per chain, rank, settings and memory layout of the input (sizes are dynamic): a
@@ -96,13 +113,13 @@ _RECOMPILE_LIMIT = 256
 @functools.cache
 def _compiled(chain, lead: int, bits: int, stochastic: bool):
     """chain compiled once per process for these settings."""
-    def fn(x, *tensors, **floats):
-        return chain(x, *tensors, lead=lead, bits=bits, stochastic=stochastic, **floats)
+    def fn(x, *tensors, **kwargs):
+        return chain(x, *tensors, lead=lead, bits=bits, stochastic=stochastic, **kwargs)
     use_versioned_cache()
     compiled = torch.compile(fn, dynamic=True, fullgraph=True)
 
     def call(*args, **kwargs):
-        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT,
+        with torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT, specialize_int=True, specialize_float=True,
                                         accumulated_recompile_limit=4 * _RECOMPILE_LIMIT):
             return compiled(*args, **kwargs)
     return call
@@ -113,8 +130,8 @@ def measure_quant(x: Tensor, running_min: Tensor, running_max: Tensor, lead: int
                   stochastic: bool, momentum: float) -> Tensor:
     """Q(x) over the batch-mean per-sample range of x (samples along dim `lead`, nodes before
     it); the running range (shaped (*x.shape[:lead], 1)) updated in place."""
-    return _compiled(_measure_chain, lead, bits, stochastic)(x, running_min, running_max,
-                                                                       momentum=momentum)
+    return _compiled(_measure_chain, lead, bits, stochastic)(x, running_min, running_max, momentum=momentum,
+                                                             lanes=_lanes(x, stochastic))
 
 
 @measure_quant.register_fake
@@ -125,7 +142,7 @@ def _(x, running_min, running_max, lead, bits, stochastic, momentum):
 @torch.library.custom_op("lpdl::own_range_quant", mutates_args=())
 def own_range_quant(x: Tensor, lead: int, bits: int, stochastic: bool) -> Tensor:
     """Q(x) over the range of x's dims from `lead` on (each leading index its own range)."""
-    return _compiled(_own_range_chain, lead, bits, stochastic)(x)
+    return _compiled(_own_range_chain, lead, bits, stochastic)(x, lanes=_lanes(x, stochastic))
 
 
 @own_range_quant.register_fake

@@ -32,7 +32,7 @@ from .layers import QuantMeasure
 from .params import OwnRangeParams
 from .quantizer import QuantCfg, quantize, quantize_grad
 from .range_bn import RANGE_CONST, RangeBatchNorm2d, RangeBNAct, ReluAfter, check_4d, range_scale_fix  # noqa: F401
-from .range_fused import eager_backward, group_scale, level_dtype, range_evonorm
+from .range_fused import group_scale, level_dtype, range_evonorm, reads_order
 
 
 def hardsigmoid(t: torch.Tensor) -> torch.Tensor:
@@ -182,7 +182,7 @@ class RangeEvoNorm(OwnRangeParams, nn.Module):
         q, order, (v, w, b) = self.qcfg, None, (self.v, self.weight, self.bias)
         if q is not None:  # x_q's levels give the fused backward's max/min indices where it runs eagerly
             dtype = level_dtype(m, q.bits) if self.fused and self.activation == "hardsigmoid" else None
-            x, order = (self.quantize_input.quantized_levels(x, dtype) if dtype and eager_backward(x) else
+            x, order = (self.quantize_input.quantized_levels(x, dtype) if dtype and reads_order(x) else
                         (self.quantize_input(x), None))
             v, w, b = self.own_range(v), self.own_range(w), self.own_range(b)
         if self.fused and self.activation == "hardsigmoid":

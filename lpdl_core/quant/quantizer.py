@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import FIDELITY_CHOICES
-from . import fused
+from . import fused, noise
 
 ROUNDINGS = FIDELITY_CHOICES["act_rounding"]  # the fidelity option's values, declared once
 # quantize/quantize_grad in the form torch.compile traces, with the switch that selects it: set by
@@ -77,40 +77,6 @@ def functorch_wrapped(t: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
-# Reused CPU scratch for the rounding noise, grown to the largest tensor seen and sliced: fresh
-# activation-sized buffers cost more here (first-touch page faults) than refilling warm ones.
-# Shared per process, so not for concurrent training loops in threads of one process.
-_NOISE_SCRATCH: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _noise_scratch(k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(int64 words, float lanes) buffers with room for k lanes."""
-    words, lanes = _NOISE_SCRATCH.get(dtype, (None, None))
-    if lanes is None or lanes.numel() < k:
-        words, lanes = torch.empty((k + 3) // 4, dtype=torch.int64), torch.empty(k, dtype=dtype)
-        _NOISE_SCRATCH[dtype] = words, lanes
-    return words[:(k + 3) // 4], lanes[:k]
-
-
-def _add_uniform_noise_(t: torch.Tensor) -> torch.Tensor:
-    """t += ξ with ξ ~ U[-1/2, 1/2) shaped like t, for stochastic rounding (in place).
-
-    On CPU, torch.rand_like (one mt19937 draw per element, then a conversion pass) dominated the
-    8-bit step. Here one 64-bit draw feeds four int16 lanes k, added as k/2^16: ξ is uniform on
-    the 2^16 values k/2^16 in [-1/2, 1/2), whose mean -2^-17 biases the rounding by less than
-    2^-16 of a step, the float32 resolution of t near 255 itself. Under torch.func transforms and
-    on GPUs, rand_like is used (vmap needs its own random ops for per-node noise; Philox on GPU
-    is already cheap).
-    """
-    if t.device.type != "cpu" or functorch_wrapped(t):
-        return t.add_(torch.rand_like(t).sub_(0.5))
-    k = t.numel()
-    words, lanes = _noise_scratch(k, t.dtype)
-    words.random_(-2 ** 63, None)  # all 64 bits random
-    lanes.copy_(words.view(torch.int16)[:k])
-    return t.add_(lanes.view(t.shape), alpha=2.0 ** -16)
-
-
 def rank_of(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """A per-tensor range r (one element) shaped to x's rank. Under vmap this saves the batching
     rules' re-views and scalar copies in every op that broadcasts r (same values, same arithmetic)."""
@@ -143,7 +109,7 @@ def levels(x: torch.Tensor, x_min: torch.Tensor, scale: torch.Tensor, bits: int,
     float32 (a new tensor; `dequantized` is q·s + x_min)."""
     t = (x - x_min).div_(scale)  # a fused x*(1/s) - min/s differs in the last bit at .5 ties
     if rounding == "stochastic":
-        t = _add_uniform_noise_(t)  # official order: noise, then clamp, then round
+        t = noise.add_uniform_noise_(t, functorch_wrapped(t))  # official order: noise, then clamp, then round
     # in place except under vmap, which has no batching rule for clamp_
     top = 2.0 ** bits - 1.0
     t = t.clamp(0.0, top) if functorch_wrapped(t) else t.clamp_(0.0, top)

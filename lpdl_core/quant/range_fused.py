@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fused, traced
+from . import traced
 from .quantizer import eager_apply, functorch_wrapped, own_range_quant
 
 # hardtanh_backward(g, u, lo, hi) keeps g where lo < u < hi. With lo just below 0 and hi the
@@ -60,11 +60,12 @@ def level_dtype(m: int, bits: int = 8) -> torch.dtype | None:
     return torch.int16 if bits + p <= 15 else torch.int32 if bits + p <= 31 else None
 
 
-def eager_backward(x: torch.Tensor) -> bool:
-    """Whether `range_evonorm` of x builds its autograd node with the eager backward (gradients on,
-    no torch.func transform, no compiled trace, no fused quantizers): where `order` is read."""
-    return (torch.is_grad_enabled() and not functorch_wrapped(x) and not traced.active()
-            and not fused.active())
+def reads_order(x: torch.Tensor) -> bool:
+    """Whether `range_evonorm` of x reads `order`: on a CPU (on a GPU max/min with indices are
+    fast, and checking the levels' grid would wait for the device) when it builds its node with
+    the eager backward (gradients on, no torch.func transform, no compiled trace)."""
+    return (x.device.type == "cpu" and torch.is_grad_enabled() and not functorch_wrapped(x)
+            and not traced.active())
 
 
 def first_extremes(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
