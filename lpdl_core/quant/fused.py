@@ -32,9 +32,9 @@ run is not bitwise an eager one:
 - the compiler may reorder float arithmetic, so an element that lies within a rounding error of
   a half-step can round to the neighbouring level (tests bound how often).
 
-On a CPU, Range EvoNorm's input quantizer stays eager even while fused quantizers are on: its grid
-levels give the norm's max/min indices (`range_fused.first_extremes`), which saves more here than
-fusing that one chain.
+On a CPU, Range EvoNorm's input quantizer stays eager even while fused quantizers are on, where
+its grid levels give the norm's max/min indices (`range_fused.reads_order`: inputs of at least
+64K elements), which saves more there than fusing that one chain.
 
 Under `torch.func.vmap` the vmap rules run each operator once over the stacked nodes, with one
 more leading dimension; noise is drawn per node (vmap's ``randomness="different"``). Gradients

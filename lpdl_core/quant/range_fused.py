@@ -60,12 +60,18 @@ def level_dtype(m: int, bits: int = 8) -> torch.dtype | None:
     return torch.int16 if bits + p <= 15 else torch.int32 if bits + p <= 31 else None
 
 
+# Below this many elements a call's max/min with indices cost less than the keys' dozen small
+# operators (about equal near 32K elements a call on a 2-core EPYC; the mini stand-ins have 8K).
+ORDER_MIN_NUMEL = 2 ** 16
+
+
 def reads_order(x: torch.Tensor) -> bool:
     """Whether `range_evonorm` of x reads `order`: on a CPU (on a GPU max/min with indices are
-    fast, and checking the levels' grid would wait for the device) when it builds its node with
-    the eager backward (gradients on, no torch.func transform, no compiled trace)."""
-    return (x.device.type == "cpu" and torch.is_grad_enabled() and not functorch_wrapped(x)
-            and not traced.active())
+    fast, and checking the levels' grid would wait for the device), for x of at least
+    ORDER_MIN_NUMEL elements, when it builds its node with the eager backward (gradients on, no
+    torch.func transform, no compiled trace)."""
+    return (x.device.type == "cpu" and x.numel() >= ORDER_MIN_NUMEL and torch.is_grad_enabled()
+            and not functorch_wrapped(x) and not traced.active())
 
 
 def first_extremes(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
