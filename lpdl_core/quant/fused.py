@@ -52,6 +52,7 @@ from torch import Tensor
 
 from ..compile_cache import use_versioned_cache
 from . import noise
+from .eager import eager_apply
 
 _ACTIVE = False
 
@@ -209,17 +210,20 @@ class _OwnRangeSTE(torch.autograd.Function):
         return grad, None, None
 
 
+_measure_ste = eager_apply(_MeasureSTE)
+_own_range_ste = eager_apply(_OwnRangeSTE)
+
+
 def measured(x: Tensor, running_min: Tensor, running_max: Tensor, bits: int, rounding: str,
              momentum: float) -> Tensor:
     """QuantMeasure's training forward fused: Q(x) with straight-through gradient, running range
     updated (no gradient flows into it)."""
-    return _MeasureSTE.apply(x, running_min.detach(), running_max.detach(), bits,
-                             rounding == "stochastic", momentum)
+    return _measure_ste(x, running_min.detach(), running_max.detach(), bits, rounding == "stochastic", momentum)
 
 
 def own_range(x: Tensor, bits: int, rounding: str) -> Tensor:
     """fake_quant(x, bits, rounding) over x's own range, fused; straight-through when differentiated."""
     stochastic = rounding == "stochastic"
     if torch.is_grad_enabled() and x.requires_grad:
-        return _OwnRangeSTE.apply(x, bits, stochastic)
+        return _own_range_ste(x, bits, stochastic)
     return own_range_quant(x, 0, bits, stochastic)

@@ -18,6 +18,7 @@ import torch
 
 from ..config import FIDELITY_CHOICES
 from . import fused, noise
+from .eager import eager_apply
 
 ROUNDINGS = FIDELITY_CHOICES["act_rounding"]  # the fidelity option's values, declared once
 # quantize/quantize_grad in the form torch.compile traces, with the switch that selects it: set by
@@ -141,32 +142,6 @@ def own_range_quant(x: torch.Tensor, bits: int, rounding: str) -> torch.Tensor:
     """Q(x) over x's own range (a layer gradient's quantizer; Range EvoNorm's scale), by its fused
     kernel while `fused.active()`, else `fake_quant`. No gradient handling."""
     return fused.own_range(x, bits, rounding) if fused.active() else fake_quant(x, bits, rounding)
-
-
-def eager_apply(cls: type[torch.autograd.Function]):
-    """`cls.apply` without torch's per-call argument binding.
-
-    For a Function with `setup_context` (needed for vmap), torch binds every call's arguments with
-    inspect.signature: about 0.2 ms a call on this CPU, a fifth of a small 8-bit model's step
-    (tens of thousands of calls per run). Outside torch.func transforms this calls an equivalent
-    old-style Function (forward(ctx, ...) running cls.forward then cls.setup_context, the same
-    backward); under vmap it calls cls.apply. All arguments must be positional. A class may define
-    `eager_forward(ctx, *args)`, its forward and setup_context in one, for this eager form alone.
-    """
-    def forward(ctx, *args):
-        out = cls.forward(*args)
-        cls.setup_context(ctx, args, out)
-        return out
-
-    eager = type(cls.__name__ + "Eager", (torch.autograd.Function,),
-                 {"forward": staticmethod(getattr(cls, "eager_forward", forward)),
-                  "backward": staticmethod(cls.backward)})
-    transforms_active = torch._C._are_functorch_transforms_active
-
-    def apply(*args):
-        return cls.apply(*args) if transforms_active() else eager.apply(*args)
-
-    return apply
 
 
 class _Quantize(torch.autograd.Function):
