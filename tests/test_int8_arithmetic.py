@@ -186,6 +186,17 @@ def test_nodes_as_one_grouped_convolution_each_on_its_own_grids(b, c, o, h, k, s
         assert _check_conv_grad(gx[:, i * c:(i + 1) * c], gys[i], qw, qx.shape, conf) <= 1
 
 
+@pytest.mark.parametrize("h", [8, 16, 17, 32])
+@pytest.mark.parametrize("k, stride, pad, dil", [(3, 1, 1, 1), (3, 2, 1, 1), (1, 2, 0, 1), (5, 1, 2, 1), (3, 1, 2, 1),
+                                                 (3, 1, 0, 1), (3, 1, 2, 2)])
+def test_window_sums_are_a_convolution_with_ones(h, k, stride, pad, dil):
+    """conv(t, 1) channel by channel, exactly: the sums are of integers below 2^24, exact in any
+    order, whether running sums of slices (16×16 planes and more), pooling or a convolution."""
+    t = torch.randint(0, 256 * 64, (3, 4, h, h + 1)).float()
+    want = F.conv2d(t, torch.ones(4, 1, k, k), None, stride, pad, dil, 4)
+    assert torch.equal(integer._window_sums(t, (k, k), (stride, stride), (pad, pad), (dil, dil)), want)
+
+
 def test_the_bound_sees_a_missing_border_term():
     """Taking the padded zeros as grid zeros (q = 0, i.e. value m_x) is off by m_x·W at the border."""
     qx, m_x, _, qw = _operands(2, 8, 8, 9, 3, 1)

@@ -115,12 +115,24 @@ def _cpu_ones(hw: tuple[int, int]) -> torch.Tensor:
 
 def _window_sums(t: torch.Tensor, kernel_hw, stride, padding, dilation) -> torch.Tensor:
     """Each channel of t summed over every window of a (zero-padded) convolution: conv(t, 1)
-    channel by channel. Summing pooling where it applies (a one-channel convolution runs slowly
-    here); integer-valued sums below 2^24 are exact either way."""
-    if tuple(dilation) == (1, 1) and all(2 * p <= k for p, k in zip(padding, kernel_hw)):
+    channel by channel. Undilated, as running sums of shifted slices, rows then columns, on
+    planes of 16×16 and more (summing pooling took several times as long there; a one-channel
+    convolution runs slowly here); integer-valued sums below 2^24 are exact in any order."""
+    if tuple(dilation) != (1, 1):
+        ones = t.new_ones(t.shape[1], 1, *kernel_hw)
+        return F.conv2d(t, ones, None, stride, padding, dilation, t.shape[1])
+    (kh, kw), (ph, pw) = kernel_hw, padding
+    if t.shape[-2] * t.shape[-1] < 256 and 2 * ph <= kh and 2 * pw <= kw:
         return F.avg_pool2d(t, kernel_hw, stride, padding, count_include_pad=True, divisor_override=1)
-    ones = t.new_ones(t.shape[1], 1, *kernel_hw)
-    return F.conv2d(t, ones, None, stride, padding, dilation, t.shape[1])
+    x = F.pad(t, (pw, pw, ph, ph))
+    ho, wo = x.shape[-2] - kh + 1, x.shape[-1] - kw + 1
+    rows = x[..., :ho, :].clone()
+    for i in range(1, kh):
+        rows += x[..., i:i + ho, :]
+    out = rows[..., :wo].clone()
+    for j in range(1, kw):
+        out += rows[..., j:j + wo]
+    return out[..., ::stride[0], ::stride[1]]
 
 
 def _combined(acc: torch.Tensor, s: torch.Tensor, box: torch.Tensor, c_box: torch.Tensor,
