@@ -72,12 +72,11 @@ class QuantMeasure(nn.Module):
         levels as `dtype` integers, or None for q_x where two levels round to one float32 value
         (a range tiny beside its offset): Q(x)'s order is then not the levels' order."""
         q_x, lo, s = self._float_levels(x)
-        order = q_x.to(dtype)
         with torch.no_grad():
             grid = from_levels(torch.arange(2 ** self.qcfg.bits, dtype=s.dtype, device=s.device), lo.view(1),
                                s.view(1))
-            distinct = bool((grid[1:] > grid[:-1]).all())
-        return straight_through(x, from_levels(q_x, lo, s)), order if distinct else None
+            order = q_x.to(dtype) if bool((grid[1:] > grid[:-1]).all()) else None
+        return straight_through(x, from_levels(q_x, lo, s)), order  # from_levels reuses q_x: order first
 
     def _float_levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(q_x float32 integers, x_min, s): `quantize`'s grid arithmetic, stopped before Q(x)."""

@@ -56,8 +56,13 @@ def group_scale(sq: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def level_dtype(m: int, bits: int = 8) -> torch.dtype | None:
     """The integer type that holds `first_extremes`' keys for chunks of m levels of `bits` bits
     (q·2^P + i with 2^P ≥ m): at 8 bits int16 up to m = 128, int32 up to 2^23; None above."""
-    p = max(1, (m - 1).bit_length())
+    p = _position_bits(m)
     return torch.int16 if bits + p <= 15 else torch.int32 if bits + p <= 31 else None
+
+
+def _position_bits(m: int) -> int:
+    """P, the key's low bits that hold a position 0..m − 1."""
+    return max(1, (m - 1).bit_length())
 
 
 # Below this many elements a call's max/min with indices cost less than the keys' dozen small
@@ -86,7 +91,7 @@ def first_extremes(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     keys: max/min with indices track the index element by element, several times slower here.
     Rows of 32 or fewer reduce across rows (transposed), which vectorizes better."""
     m = q.shape[-1]
-    p = max(1, (m - 1).bit_length())
+    p = _position_bits(m)
     low = (1 << p) - 1
     across = m <= 32
     rows = q.reshape(-1, m)
