@@ -23,6 +23,11 @@ from lpdl_core.quant.layers import QConv2d, QLinear
 from lpdl_core.quant.quantizer import QuantCfg, fake_quant
 
 EPS = torch.finfo(torch.float32).eps
+CUDA = torch.cuda.is_available()
+# (backend, device): each backend on the CPU, and on a GPU the CUDA path (int_mm: torch._int_mm, cuBLASLt)
+KERNEL_DEVICES = [pytest.param("int_mm", "cpu", id="int_mm"), pytest.param("onednn", "cpu", id="onednn"),
+                  pytest.param("int_mm", "cuda", id="int_mm-cuda",
+                               marks=[pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="needs CUDA")])]
 
 
 def _q(t: torch.Tensor) -> torch.Tensor:
@@ -66,8 +71,8 @@ def _operands(b, c, o, h, k, groups, seed=0):
                                                                                        generator=g))
 
 
-@pytest.mark.parametrize("backend", ["int_mm", "onednn"])
-def test_kernels_are_exact(backend):
+@pytest.mark.parametrize("backend,device", KERNEL_DEVICES)
+def test_kernels_are_exact(backend, device):
     g = torch.Generator().manual_seed(1)
     w_hi = 128 if backend == "int_mm" else 64  # onednn: the range exact on every x86 ISA
     kern = int8_kernels.KERNELS[backend]
@@ -75,11 +80,11 @@ def test_kernels_are_exact(backend):
     for stride, pad, dil, groups in [((1, 1), (1, 1), (1, 1), 1), ((2, 2), (1, 1), (1, 1), 1),
                                      ((2, 1), (2, 1), (2, 1), 4), ((1, 1), (0, 0), (1, 1), 8)]:
         w = torch.randint(-w_hi, w_hi, (8, 8 // groups, 3, 3), dtype=torch.int8, generator=g)
-        got = kern.conv(a, w, stride, pad, dil, groups).double()
+        got = kern.conv(a.to(device), w.to(device), stride, pad, dil, groups).cpu().double()
         assert torch.equal(got, F.conv2d(a.double(), w.double(), None, stride, pad, dil, groups))
     a2 = torch.randint(0, 256, (5, 40), dtype=torch.uint8, generator=g)
     b2 = torch.randint(-w_hi, w_hi, (40, 6), dtype=torch.int8, generator=g)
-    assert torch.equal(kern.mm(a2, b2).double(), a2.double() @ b2.double())
+    assert torch.equal(kern.mm(a2.to(device), b2.to(device)).cpu().double(), a2.double() @ b2.double())
 
 
 def test_the_probe_rejects_a_saturating_kernel(monkeypatch):
@@ -140,30 +145,32 @@ def _check_linear_grad(gx, g, w) -> float:
     return _within(gx, g @ w, ref, _bound([ref, 3 * spread], w.shape[0], prod))
 
 
-def _skip_unless_exact(backend: str) -> None:
-    """Skip where `backend`'s kernels are not exact on this CPU (onednn: exact on VNNI CPUs only)."""
-    if not int8_kernels.exact(backend, "cpu"):
-        pytest.skip(f"{backend} is not exact on this CPU (ISA {int8_kernels.cpu_isa()})")
+def _skip_unless_exact(backend: str, device: str = "cpu") -> None:
+    """Skip where `backend`'s kernels are not exact on this device (onednn: exact on VNNI CPUs only)."""
+    if not int8_kernels.exact(backend, device):
+        pytest.skip(f"{backend} is not exact on this {device} (CPU ISA {int8_kernels.cpu_isa()})")
 
 
-BACKENDS = ["int_mm", "onednn"]
+def _on(device: str, *tensors):
+    return [t if t is None else t.to(device) for t in tensors]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,device", KERNEL_DEVICES)
 @pytest.mark.parametrize("b,c,o,h,k,stride,pad,dil,groups", CONVS)
-def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, dil, groups, backend):
-    _skip_unless_exact(backend)
+def test_conv_forward_and_layer_gradient_equal_fake(b, c, o, h, k, stride, pad, dil, groups, backend, device):
+    """Checked in float64 on the CPU; on a GPU the product runs there (the float32 terms too)."""
+    _skip_unless_exact(backend, device)
     qx, m_x, s_x, qw = _operands(b, c, o, h, k, groups)
     qb = _q(torch.randn(o))
     conf = ((stride,) * 2, (pad,) * 2, (dil,) * 2, groups)
-    y = integer.conv2d(backend, qx, m_x, s_x, qw, qb, *conf)
+    y = integer.conv2d(backend, *_on(device, qx, m_x, s_x, qw, qb), *conf).cpu()
     assert _check_conv(y, qx, m_x, qw, qb, conf) <= 1
     gy = _q(torch.randn_like(y))
-    gx = integer.conv2d_input_grad(backend, gy, qw, qx.shape, *conf)
+    gx = integer.conv2d_input_grad(backend, *_on(device, gy, qw), qx.shape, *conf).cpu()
     assert gx.shape == qx.shape and _check_conv_grad(gx, gy, qw, qx.shape, conf) <= 1
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["int_mm", "onednn"])
 @pytest.mark.parametrize("b,c,o,h,k,stride,pad,dil,groups", CONVS)
 def test_nodes_as_one_grouped_convolution_each_on_its_own_grids(b, c, o, h, k, stride, pad, dil, groups, backend):
     """Three nodes' convolutions as one grouped convolution (the vmap rule's form): each node's block
@@ -205,18 +212,19 @@ def test_the_bound_sees_a_missing_border_term():
     assert _check_conv(wrong, qx, m_x, qw, None, conf) > 1
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend,device", KERNEL_DEVICES)
 @pytest.mark.parametrize("shape", [(6, 40), (3, 5, 48)], ids=["linear", "distilbert-like-3d"])
-def test_linear_forward_and_layer_gradient_equal_fake(shape, backend):
-    _skip_unless_exact(backend)
+def test_linear_forward_and_layer_gradient_equal_fake(shape, backend, device):
+    _skip_unless_exact(backend, device)
     g = torch.Generator().manual_seed(2)
     x = torch.randn(*shape, generator=g) - 0.3
     lo, hi = x.min(), x.max()
     qx = fake_quant(x, 8, "nearest", lo, hi)
     qw, qb = _q(torch.randn(12, shape[-1], generator=g)), _q(torch.randn(12, generator=g))
-    assert _check_linear(integer.linear(backend, qx, lo, (hi - lo) / 255, qw, qb), qx, lo, qw, qb) <= 1
+    y = integer.linear(backend, *_on(device, qx, lo, (hi - lo) / 255, qw, qb)).cpu()
+    assert _check_linear(y, qx, lo, qw, qb) <= 1
     gy = _q(torch.randn(*shape[:-1], 12, generator=g))
-    assert _check_linear_grad(integer.linear_input_grad(backend, gy, qw), gy, qw) <= 1
+    assert _check_linear_grad(integer.linear_input_grad(backend, *_on(device, gy, qw)).cpu(), gy, qw) <= 1
 
 
 def test_a_3d_linear_in_training_takes_its_range_as_quantmeasure_keeps_it(monkeypatch):
@@ -273,6 +281,26 @@ def test_layers_take_the_integer_path_and_match_fake(monkeypatch):
         conv, lin = _two_layer(kind)
         x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3), requires_grad=True)
         arithmetic.reset()
+        y = lin(conv(x).mean((2, 3)))
+        y.square().sum().backward()
+        out[kind] = (y.detach(), x.grad, conv.weight.grad, arithmetic.taken())
+    assert out["integer"][3] == "integer (int_mm)" and out["fake"][3] == "fake"
+    for a, b in zip(out["integer"][:3], out["fake"][:3]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_on_cuda_the_layers_take_int8_tensor_cores_and_match_fake():
+    """Unforced: the GPU's own probe picks int_mm (torch._int_mm, int8 tensor cores through
+    cuBLASLt) where it computes the worst-case products exactly, and the layers' forward, input
+    gradient and weight gradient on the GPU match fake's as on the CPU."""
+    assert int8_kernels.backend_for("cuda")[0] == "int_mm"
+    out = {}
+    for kind in ("integer", "fake"):
+        conv, lin = (m.cuda() for m in _two_layer(kind))
+        x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3)).cuda().requires_grad_()
+        arithmetic.reset("cuda")
         y = lin(conv(x).mean((2, 3)))
         y.square().sum().backward()
         out[kind] = (y.detach(), x.grad, conv.weight.grad, arithmetic.taken())
