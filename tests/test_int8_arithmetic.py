@@ -274,33 +274,21 @@ def _two_layer(kind: str, seed: int = 0):
     return QConv2d(8, 16, 3, padding=1, stride=2, bias=True, qcfg=q), QLinear(16, 5, qcfg=q)
 
 
-def test_layers_take_the_integer_path_and_match_fake(monkeypatch):
-    _force(monkeypatch, "int_mm", "test")
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not CUDA, reason="needs CUDA")])])
+def test_layers_take_the_integer_path_and_match_fake(monkeypatch, device):
+    """Forward, input gradient and weight gradient as fake's. On the CPU int_mm is forced (exact on
+    any CPU); on a GPU the device's own probe must pick it (torch._int_mm on int8 tensor cores,
+    cuBLASLt), where it computes the worst-case products exactly."""
+    if device == "cpu":
+        _force(monkeypatch, "int_mm", "test")
+    else:
+        assert int8_kernels.backend_for(device)[0] == "int_mm"
     out = {}
     for kind in ("integer", "fake"):
-        conv, lin = _two_layer(kind)
-        x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3), requires_grad=True)
-        arithmetic.reset()
-        y = lin(conv(x).mean((2, 3)))
-        y.square().sum().backward()
-        out[kind] = (y.detach(), x.grad, conv.weight.grad, arithmetic.taken())
-    assert out["integer"][3] == "integer (int_mm)" and out["fake"][3] == "fake"
-    for a, b in zip(out["integer"][:3], out["fake"][:3]):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * float(b.abs().max()))
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not CUDA, reason="needs CUDA")
-def test_on_cuda_the_layers_take_int8_tensor_cores_and_match_fake():
-    """Unforced: the GPU's own probe picks int_mm (torch._int_mm, int8 tensor cores through
-    cuBLASLt) where it computes the worst-case products exactly, and the layers' forward, input
-    gradient and weight gradient on the GPU match fake's as on the CPU."""
-    assert int8_kernels.backend_for("cuda")[0] == "int_mm"
-    out = {}
-    for kind in ("integer", "fake"):
-        conv, lin = (m.cuda() for m in _two_layer(kind))
-        x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3)).cuda().requires_grad_()
-        arithmetic.reset("cuda")
+        conv, lin = (m.to(device) for m in _two_layer(kind))
+        x = torch.randn(4, 8, 9, 9, generator=torch.Generator().manual_seed(3)).to(device).requires_grad_()
+        arithmetic.reset(device)
         y = lin(conv(x).mean((2, 3)))
         y.square().sum().backward()
         out[kind] = (y.detach(), x.grad, conv.weight.grad, arithmetic.taken())
