@@ -12,8 +12,8 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from lpdl_core.config import FIDELITY_CHOICES
 from lpdl_core.quant.norms import (ACTIVATIONS, GATES, NORMS, BatchNormAct, EvoNormS0, GroupNormAct, NormSpec,
-                                   RangeBatchNorm2d, RangeBNAct, RangeEvoNorm, hardsigmoid, make_norm,
-                                   range_scale_fix)
+                                   RangeBatchNorm2d, RangeBNAct, RangeEvoNorm, group_variance, hardsigmoid,
+                                   make_norm, range_scale_fix)
 from lpdl_core.quant import norms as norms_mod
 from lpdl_core.quant import range_fused
 from lpdl_core.quant.layers import QuantMeasure
@@ -92,6 +92,33 @@ def test_evonorm_matches_formula_and_init():
     n = (x * torch.sigmoid(x * layer.v)).reshape(2, 8, 4, 5, 5)
     expect = (n / torch.sqrt(var + 1e-5)).reshape_as(x) * layer.weight + layer.bias
     torch.testing.assert_close(layer(x), expect)
+
+
+@pytest.mark.parametrize("offset", [0.0, 100.0])
+def test_group_variance_two_passes_within_float32_rounding_of_the_exact_variance(offset):
+    """ResNet-20's first stage (N = 2^16 per group), against the float64 variance of the same
+    float32 values. Bound: the two sums (cascaded, error ≤ log2 N · ε each relative to their sum of
+    magnitudes) and the rounding of each deviation and its square (3ε) give (log2 N + 3)·ε·var; the
+    mean's own error δ ≤ log2 N · ε · max|t| adds δ² (second order, visible only far from 0)."""
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(4, 8, 2 ** 16, generator=g) * 2 + offset
+    exact = t.double().var(dim=-1, unbiased=False, keepdim=True)
+    eps, log_n = torch.finfo(torch.float32).eps, math.log2(t.shape[-1])
+    bound = (log_n + 3) * eps * exact + (log_n * eps * t.abs().max().double()) ** 2
+    assert ((group_variance(t).double() - exact).abs() <= bound).all()
+
+
+def test_evonorm_gradient_matches_torch_var():
+    """The two-pass variance has torch.var's gradient (2(x − x̄)/N per element) up to float rounding."""
+    layer = randomize(EvoNormS0(16))
+    x = torch.randn(4, 16, 8, 8, requires_grad=True)
+    (gx,) = torch.autograd.grad(layer(x).square().sum(), x)
+    x64 = x.detach().double().requires_grad_()
+    std = (x64.reshape(4, 8, -1).var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+    n = x64 * torch.sigmoid(x64 * layer.v.double())
+    ref = (n.reshape(4, 8, -1) / std).reshape_as(x64) * layer.weight.double() + layer.bias.double()
+    (g64,) = torch.autograd.grad(ref.square().sum(), x64)
+    torch.testing.assert_close(gx.double(), g64, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("c", [4, 12])

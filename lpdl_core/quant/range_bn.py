@@ -1,7 +1,8 @@
-r"""Range BatchNorm (Banner et al. 2018) and the range-based std estimate the Range norms share.
+r"""Range BatchNorm (Banner et al. 2018), the range-based std estimate the Range norms share, and
+the norm kinds with a ReLU after them (Range BN, BatchNorm, GroupNorm).
 
 Split from ``norms.py`` (which re-exports every name here); ``make_norm`` builds these as the
-``range-bn`` kind. All ops are plain tensor ops, so a forward runs under
+``range-bn``, ``bn`` and ``gn`` kinds. All ops are plain tensor ops, so a forward runs under
 ``torch.func.vmap(functional_call)`` (with the running buffers stacked when training).
 """
 from __future__ import annotations
@@ -132,4 +133,21 @@ class RangeBNAct(ReluAfter, RangeBatchNorm2d):
 
     def __init__(self, num_features: int, *, relu: bool = True, **kwargs):
         super().__init__(num_features, **kwargs)
+        self.relu = relu
+
+
+class BatchNormAct(ReluAfter, nn.BatchNorm2d):
+    """nn.BatchNorm2d then ReLU (same parameters/buffers as BatchNorm2d: .weight is γ);
+    relu=False: the norm alone (where a ResNet's BN has no ReLU after it)."""
+
+    def __init__(self, num_features: int, *, relu: bool = True):
+        super().__init__(num_features)
+        self.relu = relu
+
+
+class GroupNormAct(ReluAfter, nn.GroupNorm):
+    """nn.GroupNorm (official: 2 groups) then ReLU; .weight is γ; relu=False: the norm alone."""
+
+    def __init__(self, num_features: int, groups: int = 2, eps: float = 1e-5, *, relu: bool = True):
+        super().__init__(groups, num_features, eps=eps)
         self.relu = relu
