@@ -81,17 +81,23 @@ def test_evonorm_v0_reduces_to_half_x_over_std():
     torch.testing.assert_close(layer(x), expect)
 
 
+def evonorm_formula(layer: EvoNormS0, x: torch.Tensor) -> torch.Tensor:
+    """EvoNorm-S0 written out with torch.var over each group (8 groups: group g = channels
+    g·C/8 .. (g+1)·C/8 − 1), in x's dtype."""
+    xs = x.reshape(x.shape[0], 8, -1, *x.shape[2:])
+    var = xs.var(dim=(2, 3, 4), unbiased=False, keepdim=True)
+    v, w, b = (p.to(x.dtype) for p in (layer.v, layer.weight, layer.bias))
+    n = (x * torch.sigmoid(x * v)).reshape_as(xs)
+    return (n / torch.sqrt(var + 1e-5)).reshape_as(x) * w + b
+
+
 def test_evonorm_matches_formula_and_init():
     layer = EvoNormS0(32)
     assert all(p.shape == (1, 32, 1, 1) for p in (layer.weight, layer.bias, layer.v))
     assert layer.weight.eq(1).all() and layer.bias.eq(0).all() and layer.v.eq(1).all()
     randomize(layer)
     x = torch.randn(2, 32, 5, 5)
-    xs = x.reshape(2, 8, 4, 5, 5)  # group g = channels 4g..4g+3
-    var = xs.var(dim=(2, 3, 4), unbiased=False, keepdim=True)
-    n = (x * torch.sigmoid(x * layer.v)).reshape(2, 8, 4, 5, 5)
-    expect = (n / torch.sqrt(var + 1e-5)).reshape_as(x) * layer.weight + layer.bias
-    torch.testing.assert_close(layer(x), expect)
+    torch.testing.assert_close(layer(x), evonorm_formula(layer, x))
 
 
 @pytest.mark.parametrize("offset", [0.0, 100.0])
@@ -114,10 +120,7 @@ def test_evonorm_gradient_matches_torch_var():
     x = torch.randn(4, 16, 8, 8, requires_grad=True)
     (gx,) = torch.autograd.grad(layer(x).square().sum(), x)
     x64 = x.detach().double().requires_grad_()
-    std = (x64.reshape(4, 8, -1).var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
-    n = x64 * torch.sigmoid(x64 * layer.v.double())
-    ref = (n.reshape(4, 8, -1) / std).reshape_as(x64) * layer.weight.double() + layer.bias.double()
-    (g64,) = torch.autograd.grad(ref.square().sum(), x64)
+    (g64,) = torch.autograd.grad(evonorm_formula(layer, x64).square().sum(), x64)
     torch.testing.assert_close(gx.double(), g64, rtol=1e-4, atol=1e-4)
 
 
