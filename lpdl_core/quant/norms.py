@@ -17,7 +17,8 @@ All ops are plain tensor ops (no .item(), no Python floats taken from tensors), 
 under ``torch.func.vmap(functional_call)`` over stacked node parameters. Layers with running
 statistics (QuantMeasure inside the LP layers, RangeBatchNorm2d) update them in place in
 training; under vmap that works only when the executor passes those buffers stacked as well.
-Range BN and the range-to-std factor live in ``range_bn.py`` and are re-exported here.
+Range BN and the range-to-std factor live in ``range_bn.py`` and are re-exported here;
+EvoNorm-S0's group variance (two passes on a CPU, with torch.var's backward) in ``variance.py``.
 """
 from __future__ import annotations
 
